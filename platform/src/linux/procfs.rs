@@ -1,0 +1,226 @@
+//! Reading the process table from `/proc`: who is alive, who is whose child, when it started.
+//!
+//! A pid alone names a process only until it is reaped; `(pid, starttime)` names it for good,
+//! so everything that remembers a process remembers both.
+
+use std::io;
+use std::path::PathBuf;
+
+use rustix::process::Pid;
+
+/// The fields of `/proc/PID/stat` reaper uses (proc(5)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    /// `comm`: the executable name, at most 15 bytes, may contain spaces and parentheses.
+    pub comm: String,
+    /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, …
+    pub state: char,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// Clock ticks after boot at which the process started (field 22).
+    pub starttime: u64,
+}
+
+impl ProcStat {
+    /// A zombie (or a dead entry) has exited: it is not a survivor.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Parses `/proc/PID/stat`. `comm` is the text between the first `(` and the *last* `)`: a
+/// process can name itself `a) R 1 (b`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let open = text.find('(')?;
+    let close = text.rfind(')')?;
+    let pid = text[..open].trim().parse().ok()?;
+    let comm = text.get(open + 1..close)?.to_owned();
+    let mut rest = text.get(close + 1..)?.split_whitespace();
+    let state = rest.next()?.chars().next()?;
+    let ppid = rest.next()?.parse().ok()?;
+    let pgid = rest.next()?.parse().ok()?;
+    let sid = rest.next()?.parse().ok()?;
+    // Fields 7..=21 (tty_nr … itrealvalue) are 15 fields; starttime is field 22.
+    let starttime = rest.nth(15)?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        comm,
+        state,
+        ppid,
+        pgid,
+        sid,
+        starttime,
+    })
+}
+
+/// `/proc/PID/stat` of one process. `NotFound` when it is gone (reaped).
+pub fn stat(pid: i32) -> io::Result<ProcStat> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    parse_stat(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("unparsable /proc/{pid}/stat"),
+        )
+    })
+}
+
+/// Whether `(pid, starttime)` is still a live (non-zombie) process.
+pub fn is_alive(pid: i32, starttime: u64) -> bool {
+    matches!(stat(pid), Ok(s) if s.starttime == starttime && !s.is_dead())
+}
+
+/// Direct children of `pid`, from `/proc/PID/task/*/children` (every thread's children: a
+/// subreaper's orphans may be parented to any of its threads). Includes zombies.
+pub fn children(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return out;
+    };
+    for task in tasks.flatten() {
+        let mut path = task.path();
+        path.push("children");
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            out.extend(
+                text.split_whitespace()
+                    .filter_map(|p| p.parse::<i32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// Every descendant of `root` (not `root` itself), breadth first, zombies included; `skip`
+/// prunes a subtree (reaper's guardian, say).
+pub fn descendants(root: i32, skip: &[i32]) -> Vec<ProcStat> {
+    let mut out = Vec::new();
+    let mut queue = vec![root];
+    while let Some(p) = queue.pop() {
+        for c in children(p) {
+            if skip.contains(&c) {
+                continue;
+            }
+            if let Ok(s) = stat(c) {
+                queue.push(c);
+                out.push(s);
+            }
+        }
+    }
+    out
+}
+
+/// Every process on the machine, for callers that need a ppid map.
+pub fn all() -> Vec<ProcStat> {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter_map(|pid| stat(pid).ok())
+        .collect()
+}
+
+/// The command line, arguments joined by spaces (empty for kernel threads and zombies).
+pub fn cmdline(pid: i32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| {
+            let s: Vec<String> = b
+                .split(|&c| c == 0)
+                .filter(|a| !a.is_empty())
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect();
+            s.join(" ")
+        })
+        .unwrap_or_default()
+}
+
+/// The executable's path, when readable.
+pub fn exe(pid: i32) -> Option<PathBuf> {
+    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+}
+
+/// The unified-hierarchy cgroup path of a process (`0::` line of `/proc/PID/cgroup`).
+pub fn cgroup(pid: i32) -> Option<String> {
+    super::mountinfo::unified_cgroup_path(
+        &std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?,
+    )
+}
+
+/// Seconds since boot, from `/proc/uptime`.
+pub fn uptime_secs() -> Option<f64> {
+    std::fs::read_to_string("/proc/uptime")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// How long ago a process started, in seconds.
+pub fn age_secs(starttime: u64) -> Option<f64> {
+    let hz = rustix::param::clock_ticks_per_second() as f64;
+    Some((uptime_secs()? - starttime as f64 / hz).max(0.0))
+}
+
+/// This process's own `(pid, starttime)`.
+pub fn self_identity() -> io::Result<(i32, u64)> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    Ok((pid, stat(pid)?.starttime))
+}
+
+pub fn pid_of(raw: i32) -> Option<Pid> {
+    Pid::from_raw(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const STAT: &str = "1234 (sleep) S 1200 1234 1100 34816 1234 4194304 94 0 0 0 0 0 0 0 20 0 1 0 987654 8818688 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
+
+    #[test]
+    fn parses_plain_stat() {
+        let s = parse_stat(STAT).unwrap();
+        assert_eq!(
+            (
+                s.pid,
+                s.comm.as_str(),
+                s.state,
+                s.ppid,
+                s.pgid,
+                s.sid,
+                s.starttime
+            ),
+            (1234, "sleep", 'S', 1200, 1234, 1100, 987654)
+        );
+        assert!(!s.is_dead());
+    }
+
+    #[test]
+    fn comm_with_parentheses_and_spaces() {
+        let s = parse_stat(&STAT.replace("(sleep)", "(a) Z 1 (b c)")).unwrap();
+        assert_eq!(s.comm, "a) Z 1 (b c");
+        assert_eq!(s.state, 'S');
+        assert_eq!(s.starttime, 987654);
+    }
+
+    #[test]
+    fn zombie_is_dead() {
+        assert!(parse_stat(&STAT.replace(") S ", ") Z ")).unwrap().is_dead());
+    }
+
+    #[test]
+    fn truncated_stat_is_refused() {
+        assert_eq!(parse_stat("1 (x) S 0 1 1"), None);
+        assert_eq!(parse_stat(""), None);
+    }
+
+    #[test]
+    fn self_is_alive_and_has_a_parent() {
+        let (pid, st) = self_identity().unwrap();
+        assert!(is_alive(pid, st));
+        assert!(!is_alive(pid, st + 1));
+        assert!(children(pid).is_empty() || !children(pid).contains(&pid));
+    }
+}

@@ -1,0 +1,114 @@
+//! The one place children are reaped.
+//!
+//! Two callers need `wait`: a run waiting for its leader (through the leader's pidfd,
+//! `waitid(P_PIDFD)`), and the subreaper duty of reaping orphans that reparented to us
+//! (`waitpid(-1)`). The second would steal the first's status, so both go through one lock and
+//! one table: whoever reaps a registered leader stores its status there for the run to take.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use rustix::process::{Pid, WaitIdOptions, WaitOptions};
+
+use std::os::fd::AsFd;
+
+use super::pidfd::Pidfd;
+use crate::ExitStatus;
+
+/// Leaders being watched, by pid, with their status once reaped. A leader's pid cannot be
+/// reused while it is registered: it is our child, unreaped, until this table records it.
+static LEADERS: Mutex<Option<HashMap<i32, Option<ExitStatus>>>> = Mutex::new(None);
+
+struct Table(std::sync::MutexGuard<'static, Option<HashMap<i32, Option<ExitStatus>>>>);
+
+impl std::ops::Deref for Table {
+    type Target = HashMap<i32, Option<ExitStatus>>;
+    fn deref(&self) -> &Self::Target {
+        // Invariant: `leaders()` fills the option before handing out a `Table`.
+        self.0.as_ref().expect("leader table initialised")
+    }
+}
+
+impl std::ops::DerefMut for Table {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        self.0.get_or_insert_with(HashMap::new)
+    }
+}
+
+fn leaders() -> Table {
+    // A panic while holding this lock leaves a plain map behind; its contents stay valid.
+    let mut guard = LEADERS.lock().unwrap_or_else(|p| p.into_inner());
+    guard.get_or_insert_with(HashMap::new);
+    Table(guard)
+}
+
+/// Marks `pid` (our child) as a leader whose status a run will collect.
+pub fn register_leader(pid: Pid) {
+    leaders().insert(pid.as_raw_nonzero().get(), None);
+}
+
+/// Forgets a leader (its run is done with it).
+pub fn unregister_leader(pid: Pid) {
+    leaders().remove(&pid.as_raw_nonzero().get());
+}
+
+/// Reaps the leader if it has exited: `Some(status)` once it has, `None` while it runs.
+/// Idempotent: after the first `Some`, every call returns the same status.
+pub fn try_reap_leader(leader: &Pidfd) -> std::io::Result<Option<ExitStatus>> {
+    let mut table = leaders();
+    let key = leader.raw_pid();
+    if let Some(Some(status)) = table.get(&key) {
+        return Ok(Some(*status));
+    }
+    match rustix::process::waitid(
+        rustix::process::WaitId::PidFd(leader.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    ) {
+        Ok(Some(st)) => {
+            let status = decode_waitid(&st);
+            table.insert(key, Some(status));
+            Ok(Some(status))
+        }
+        Ok(None) => Ok(None),
+        // Reaped already, and not through this table: nothing to report but that it is gone.
+        Err(rustix::io::Errno::CHILD) => Ok(table.get(&key).copied().flatten()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Reaps every exited child without blocking; a registered leader's status is kept for its run.
+/// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
+pub fn reap_orphans() -> usize {
+    let mut table = leaders();
+    let mut reaped = 0;
+    loop {
+        match rustix::process::waitpid(None::<Pid>, WaitOptions::NOHANG) {
+            Ok(Some((pid, st))) => {
+                let key = pid.as_raw_nonzero().get();
+                if let Some(slot) = table.get_mut(&key) {
+                    *slot = Some(decode_wait(st));
+                } else {
+                    reaped += 1;
+                }
+            }
+            Ok(None) | Err(_) => return reaped,
+        }
+    }
+}
+
+fn decode_waitid(st: &rustix::process::WaitIdStatus) -> ExitStatus {
+    match (st.exit_status(), st.terminating_signal()) {
+        (_, Some(sig)) => ExitStatus::Signal(sig),
+        (Some(code), None) => ExitStatus::Code(code),
+        // Only EXITED was asked for, so one of the two is set; keep a total function anyway.
+        (None, None) => ExitStatus::Code(st.raw_code()),
+    }
+}
+
+fn decode_wait(st: rustix::process::WaitStatus) -> ExitStatus {
+    match (st.exit_status(), st.terminating_signal()) {
+        (_, Some(sig)) => ExitStatus::Signal(sig),
+        (Some(code), None) => ExitStatus::Code(code),
+        (None, None) => ExitStatus::Code(st.as_raw()),
+    }
+}

@@ -1,0 +1,131 @@
+//! The only module that sends signals. Every signal names its target: a pidfd, a cgroup
+//! (`cgroup.kill`) or a process group, and the debug log line says which.
+
+use std::io;
+
+use rustix::process::{Pid, Signal};
+
+use super::cgroup::Cgroup;
+use super::cgroupfs;
+use super::pidfd::Pidfd;
+
+/// What happened to a signal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    Sent,
+    /// The target had already exited (ESRCH): an outcome, not an error.
+    AlreadyGone,
+}
+
+/// `pidfd_send_signal(2)`: cannot hit a process that reused the pid.
+pub fn to_pidfd(pidfd: &Pidfd, sig: Signal) -> io::Result<Delivery> {
+    tracing::debug!(pid = pidfd.raw_pid(), sig = name(sig), "signal via pidfd");
+    match rustix::process::pidfd_send_signal(pidfd, sig) {
+        Ok(()) => Ok(Delivery::Sent),
+        Err(rustix::io::Errno::SRCH) => Ok(Delivery::AlreadyGone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// `cgroup.kill`: SIGKILL to every process in the cgroup and below, atomic against fork.
+pub fn to_cgroup_kill(cg: &Cgroup) -> cgroupfs::Result<()> {
+    tracing::debug!(cgroup = %cg.path().display(), "SIGKILL via cgroup.kill");
+    cg.kill()
+}
+
+/// `kill(-pgid, sig)`: only for a process group this process created.
+pub fn to_process_group(pgid: Pid, sig: Signal) -> io::Result<Delivery> {
+    tracing::debug!(
+        pgid = pgid.as_raw_nonzero().get(),
+        sig = name(sig),
+        "signal to process group"
+    );
+    match rustix::process::kill_process_group(pgid, sig) {
+        Ok(()) => Ok(Delivery::Sent),
+        Err(rustix::io::Errno::SRCH) => Ok(Delivery::AlreadyGone),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The conventional name without `SIG` (`TERM`), or the number.
+pub fn name(sig: Signal) -> String {
+    NAMES
+        .iter()
+        .find(|(_, s)| *s == sig)
+        .map(|(n, _)| (*n).to_owned())
+        .unwrap_or_else(|| sig.as_raw().to_string())
+}
+
+/// Parses `TERM`, `SIGTERM`, `term` or `15`.
+pub fn parse(text: &str) -> Option<Signal> {
+    let t = text.trim();
+    if let Ok(n) = t.parse::<i32>() {
+        return Signal::from_named_raw(n);
+    }
+    let upper = t.to_ascii_uppercase();
+    let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
+    NAMES.iter().find(|(n, _)| *n == bare).map(|(_, s)| *s)
+}
+
+const NAMES: &[(&str, Signal)] = &[
+    ("HUP", Signal::HUP),
+    ("INT", Signal::INT),
+    ("QUIT", Signal::QUIT),
+    ("ILL", Signal::ILL),
+    ("TRAP", Signal::TRAP),
+    ("ABRT", Signal::ABORT),
+    ("BUS", Signal::BUS),
+    ("FPE", Signal::FPE),
+    ("KILL", Signal::KILL),
+    ("USR1", Signal::USR1),
+    ("SEGV", Signal::SEGV),
+    ("USR2", Signal::USR2),
+    ("PIPE", Signal::PIPE),
+    ("ALRM", Signal::ALARM),
+    ("TERM", Signal::TERM),
+    ("CHLD", Signal::CHILD),
+    ("CONT", Signal::CONT),
+    ("STOP", Signal::STOP),
+    ("TSTP", Signal::TSTP),
+    ("TTIN", Signal::TTIN),
+    ("TTOU", Signal::TTOU),
+    ("URG", Signal::URG),
+    ("XCPU", Signal::XCPU),
+    ("XFSZ", Signal::XFSZ),
+    ("VTALRM", Signal::VTALARM),
+    ("PROF", Signal::PROF),
+    ("WINCH", Signal::WINCH),
+    ("IO", Signal::IO),
+    ("PWR", Signal::POWER),
+    ("SYS", Signal::SYS),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_names_prefixes_case_and_numbers() {
+        assert_eq!(parse("TERM"), Some(Signal::TERM));
+        assert_eq!(parse("SIGTERM"), Some(Signal::TERM));
+        assert_eq!(parse("sigint"), Some(Signal::INT));
+        assert_eq!(parse("kill"), Some(Signal::KILL));
+        assert_eq!(parse("9"), Some(Signal::KILL));
+        assert_eq!(parse(" 1 "), Some(Signal::HUP));
+        assert_eq!(parse("IOT"), None);
+        assert_eq!(parse("0"), None);
+        assert_eq!(parse("-9"), None);
+        assert_eq!(parse("999"), None);
+        assert_eq!(parse(""), None);
+        assert_eq!(parse("SIG"), None);
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for (n, s) in NAMES {
+            assert_eq!(name(*s), *n);
+            assert_eq!(parse(n), Some(*s));
+            assert_eq!(parse(&s.as_raw().to_string()), Some(*s));
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! `reaper doctor`: which containment works on this machine, and why.
+
+use serde::Serialize;
+
+use crate::containment::setup;
+use crate::containment::Containment;
+
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Print the findings as one JSON document on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct Report {
+    pub kernel: String,
+    /// `unified` (pure v2), `hybrid` (v1 controllers + v2), or `none`.
+    pub cgroup_mode: &'static str,
+    pub cgroup2_mount: Option<String>,
+    pub own_cgroup: Option<String>,
+    pub own_cgroup_dir: Option<String>,
+    pub controllers: Vec<String>,
+    pub subtree_control: Vec<String>,
+    /// Whether a run cgroup could be created (and was removed again).
+    pub cgroup_writable: bool,
+    pub cgroup_kill: bool,
+    pub cgroup_error: Option<String>,
+    pub pidfd: bool,
+    pub subreaper: bool,
+    /// The backend `--containment auto` picks here.
+    pub auto_backend: &'static str,
+    pub why: String,
+    pub hints: Vec<String>,
+}
+
+pub fn probe() -> Report {
+    let mut r = Report {
+        kernel: kernel(),
+        cgroup_mode: "none",
+        ..Default::default()
+    };
+    let me = rustix::process::getpid();
+    r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
+    r.subreaper = reaper_platform::linux::subreaper::become_subreaper().is_ok();
+    match setup::discover() {
+        Err(e) => r.cgroup_error = Some(e),
+        Ok(env) => {
+            r.cgroup_mode = if env.hybrid { "hybrid" } else { "unified" };
+            r.cgroup2_mount = Some(env.mount.mount_point.display().to_string());
+            r.own_cgroup = Some(env.own_path.clone());
+            r.own_cgroup_dir = Some(env.own_dir.display().to_string());
+            let own = reaper_platform::linux::cgroup::Cgroup::at(&env.own_dir);
+            r.controllers = own.controllers().unwrap_or_default();
+            r.subtree_control = own.subtree_control().unwrap_or_default();
+            match env
+                .placement(None)
+                .and_then(|p| setup::create_run_cgroup(&p))
+            {
+                Ok(mut b) => {
+                    r.cgroup_writable = true;
+                    r.cgroup_kill = b.cgroup().has_kill();
+                    if let Err(e) = b.release() {
+                        r.hints
+                            .push(format!("could not remove the test cgroup: {e}"));
+                    }
+                }
+                Err(e) => r.cgroup_error = Some(e.replace("; run `reaper doctor`", "")),
+            }
+        }
+    }
+    if r.cgroup_writable && r.pidfd {
+        r.auto_backend = "cgroup";
+        r.why = format!(
+            "run cgroups can be created under {} ({} cgroup2 at {})",
+            r.own_cgroup_dir.as_deref().unwrap_or("?"),
+            r.cgroup_mode,
+            r.cgroup2_mount.as_deref().unwrap_or("?")
+        );
+        if !r.cgroup_kill {
+            r.hints.push("cgroup.kill is missing (Linux < 5.14): reaper kills each process through its pidfd instead, which a fork storm can outrun for a moment".into());
+        }
+    } else if r.subreaper && r.pidfd {
+        r.auto_backend = "subreaper";
+        r.why = format!(
+            "no run cgroup: {}",
+            r.cgroup_error.as_deref().unwrap_or("pidfd unavailable")
+        );
+        r.hints.push(if r.cgroup_mode == "none" {
+            "mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup) to get the cgroup backend".into()
+        } else {
+            format!(
+                "to get the cgroup backend, give reaper a writable cgroup: run it in a delegated cgroup (systemd-run --user --scope -p Delegate=yes reaper …), or pass --cgroup-parent / REAPER_CGROUP_PARENT a cgroup you may write under {}",
+                r.cgroup2_mount.as_deref().unwrap_or("the cgroup2 mount")
+            )
+        });
+    } else {
+        r.auto_backend = "none";
+        r.why = "neither a writable cgroup nor pidfds/subreaper are available".into();
+        r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
+    }
+    r
+}
+
+fn kernel() -> String {
+    let u = rustix::system::uname();
+    format!(
+        "{} {}",
+        u.sysname().to_string_lossy(),
+        u.release().to_string_lossy()
+    )
+}
+
+pub fn main(args: DoctorArgs) -> u8 {
+    let r = probe();
+    if args.json {
+        match serde_json::to_string_pretty(&r) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("reaper: {e}");
+                return 125;
+            }
+        }
+    } else {
+        print!("{}", human(&r));
+    }
+    if r.auto_backend == "none" {
+        1
+    } else {
+        0
+    }
+}
+
+fn human(r: &Report) -> String {
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    let mut s = String::new();
+    let mut line = |k: &str, v: &str| s.push_str(&format!("{k:<18} {v}\n"));
+    line("kernel", &r.kernel);
+    line("cgroup mode", r.cgroup_mode);
+    line("cgroup2 mount", r.cgroup2_mount.as_deref().unwrap_or("-"));
+    line("own cgroup", r.own_cgroup.as_deref().unwrap_or("-"));
+    line(
+        "controllers",
+        &if r.controllers.is_empty() {
+            "(none)".to_owned()
+        } else {
+            r.controllers.join(" ")
+        },
+    );
+    line(
+        "subtree_control",
+        &if r.subtree_control.is_empty() {
+            "(none)".to_owned()
+        } else {
+            r.subtree_control.join(" ")
+        },
+    );
+    let writable = match &r.cgroup_error {
+        Some(e) if !r.cgroup_writable => format!("no: {e}"),
+        _ => yes(r.cgroup_writable).to_owned(),
+    };
+    line("run cgroup", &writable);
+    line("cgroup.kill", yes(r.cgroup_kill));
+    line("pidfd", yes(r.pidfd));
+    line("subreaper", yes(r.subreaper));
+    line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
+    for h in &r.hints {
+        s.push_str(&format!("hint: {h}\n"));
+    }
+    s
+}

@@ -1,0 +1,297 @@
+//! `reaper run`: like timeout(1), for the whole tree.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use reaper_platform::{ExitStatus, Signal};
+use tokio::signal::unix::{signal as unix_signal, SignalKind};
+
+use super::parse;
+use crate::run::{ContainOpts, EventSink, Outcome, Requested, Run, StopReason};
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// Stop the whole tree after this long and exit 124 (e.g. 500ms, 30s, 5m).
+    #[arg(short = 't', long, value_parser = parse::duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+
+    /// First signal sent to every process when stopping (name or number).
+    #[arg(short = 's', long, value_parser = parse::signal, default_value = "TERM", value_name = "SIG")]
+    pub signal: Signal,
+
+    /// How long processes get after the first signal before everything is SIGKILLed.
+    #[arg(short = 'k', long, visible_alias = "kill-after", value_parser = parse::duration, default_value = "2s", value_name = "DUR")]
+    pub grace: Duration,
+
+    /// When the leader exits, let the rest of the tree run this much longer before stopping it.
+    #[arg(long, value_parser = parse::duration, default_value = "0", value_name = "DUR")]
+    pub linger: Duration,
+
+    /// On timeout, exit with the leader's status instead of 124.
+    #[arg(long)]
+    pub preserve_status: bool,
+
+    /// Write the run's outcome as JSON to FILE (`-` for stderr).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+
+    /// Print one JSON object per lifecycle event on stderr, as it happens.
+    #[arg(long)]
+    pub events: bool,
+
+    /// Say nothing on stderr about timeouts and killed leftovers (errors are still printed).
+    #[arg(short, long)]
+    pub quiet: bool,
+
+    #[command(flatten)]
+    pub contain: ContainArgs,
+
+    /// The command to run, and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Containment flags shared by `run` and `check`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ContainArgs {
+    /// How to contain the tree: a cgroup v2 of its own (preferred), or reaper as child
+    /// subreaper; `auto` uses cgroup when it can and says so when it cannot.
+    #[arg(long, value_enum, default_value = "auto", value_name = "BACKEND")]
+    pub containment: Requested,
+
+    /// Create run cgroups under this cgroup (a directory under the cgroup2 mount, or a path
+    /// relative to it) instead of reaper's own.
+    #[arg(long, env = "REAPER_CGROUP_PARENT", value_name = "DIR")]
+    pub cgroup_parent: Option<PathBuf>,
+}
+
+impl ContainArgs {
+    pub fn opts(&self) -> ContainOpts {
+        ContainOpts {
+            requested: self.containment,
+            cgroup_parent: self.cgroup_parent.clone(),
+        }
+    }
+}
+
+/// Exit status, like timeout(1): the leader's code, 128+N for death by signal N, 124 on
+/// timeout unless `preserve_status`, 125 when reaper itself failed (including survivors).
+pub fn exit_code(o: &Outcome, preserve_status: bool) -> u8 {
+    if o.stop_reason == StopReason::Error || !o.survivors.is_empty() {
+        return 125;
+    }
+    if o.stop_reason == StopReason::Timeout && !preserve_status {
+        return 124;
+    }
+    match o.leader_status {
+        Some(ExitStatus::Code(c)) => (c & 0xff) as u8,
+        Some(ExitStatus::Signal(s)) => (128 + (s & 0x7f)) as u8,
+        None => 125,
+    }
+}
+
+pub fn main(args: RunArgs) -> u8 {
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("reaper: cannot start the async runtime: {e}");
+            return 125;
+        }
+    };
+    rt.block_on(run(args))
+}
+
+async fn run(args: RunArgs) -> u8 {
+    // Listen before spawning, so a signal in between stops the tree instead of killing reaper.
+    let mut sigs = match (
+        unix_signal(SignalKind::interrupt()),
+        unix_signal(SignalKind::terminate()),
+        unix_signal(SignalKind::hangup()),
+    ) {
+        (Ok(i), Ok(t), Ok(h)) => (i, t, h),
+        _ => {
+            eprintln!("reaper: cannot install signal handlers");
+            return 125;
+        }
+    };
+    let sink = if args.events {
+        EventSink::json_lines_to_stderr()
+    } else {
+        EventSink::none()
+    };
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    let (mut run, _pipes) = match Run::start(cmd, &args.contain.opts(), sink).await {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("reaper: {}", e.message());
+            return e.exit_code();
+        }
+    };
+    if let Some(w) = &run.warning {
+        eprintln!("{w}");
+    }
+
+    let timeout = async {
+        match args.timeout {
+            Some(d) => tokio::time::sleep(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let (reason, received) = tokio::select! {
+        _ = run.wait_leader() => (StopReason::Exited, None),
+        _ = timeout => (StopReason::Timeout, None),
+        _ = sigs.0.recv() => (StopReason::Signal, Some(Signal::INT)),
+        _ = sigs.1.recv() => (StopReason::Signal, Some(Signal::TERM)),
+        _ = sigs.2.recv() => (StopReason::Signal, Some(Signal::HUP)),
+    };
+    match (reason, received) {
+        (StopReason::Timeout, _) => run.events().emit(crate::run::Event::Timeout {
+            after_ms: args.timeout.map(|d| d.as_millis() as u64).unwrap_or(0),
+        }),
+        (_, Some(sig)) => run.events().emit(crate::run::Event::ReaperSignalled {
+            signal: reaper_platform::linux::signal::name(sig),
+        }),
+        _ => {}
+    }
+    if reason == StopReason::Exited && !args.linger.is_zero() {
+        run.linger(args.linger).await;
+    }
+    // A second INT/TERM/HUP during the grace period means "now".
+    let again = async {
+        tokio::select! {
+            _ = sigs.0.recv() => {}
+            _ = sigs.1.recv() => {}
+            _ = sigs.2.recv() => {}
+        }
+    };
+    let leftovers = if reason == StopReason::Exited {
+        run.members().len()
+    } else {
+        0
+    };
+    run.stop(args.signal, args.grace, again).await;
+    let outcome = run.finish(reason, received).await;
+
+    if let Some(path) = &args.report {
+        if let Err(e) = write_report(path, &outcome) {
+            eprintln!("reaper: cannot write the report to {}: {e}", path.display());
+        }
+    }
+    let code = exit_code(&outcome, args.preserve_status);
+    if let Some(err) = &outcome.error {
+        eprintln!("reaper: {err}");
+    } else if !args.quiet {
+        match reason {
+            StopReason::Timeout => eprintln!(
+                "reaper: timed out after {}; stopped {} process(es)",
+                parse::show(args.timeout.unwrap_or_default()),
+                outcome.killed
+            ),
+            StopReason::Signal => eprintln!(
+                "reaper: got SIG{}; stopped {} process(es)",
+                outcome.received_signal.as_deref().unwrap_or("?"),
+                outcome.killed
+            ),
+            _ if leftovers > 0 => eprintln!(
+                "reaper: the leader exited; stopped {} leftover process(es)",
+                outcome.killed
+            ),
+            _ => {}
+        }
+    }
+    code
+}
+
+fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
+    let json = serde_json::to_string_pretty(outcome).map_err(std::io::Error::other)?;
+    if path.as_os_str() == "-" {
+        eprintln!("{json}");
+        Ok(())
+    } else {
+        std::fs::write(path, json + "\n")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(reason: StopReason, st: Option<ExitStatus>) -> Outcome {
+        let mut o = Outcome {
+            argv: vec![],
+            backend: "cgroup",
+            cgroup: None,
+            leader_pid: 1,
+            exit_code: None,
+            signal: None,
+            stop_reason: reason,
+            received_signal: None,
+            duration_ms: 0,
+            leader_ms: None,
+            teardown_ms: 0,
+            killed: 0,
+            survivors: vec![],
+            error: None,
+            leader_status: None,
+        };
+        o.set_leader_status(st);
+        o
+    }
+
+    #[test]
+    fn exit_code_is_the_leaders_over_the_whole_domain() {
+        for c in 0..=255 {
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Exited, Some(ExitStatus::Code(c))),
+                    false
+                ),
+                c as u8
+            );
+        }
+        for s in 1..=64 {
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Exited, Some(ExitStatus::Signal(s))),
+                    false
+                ),
+                (128 + s) as u8
+            );
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Signal, Some(ExitStatus::Signal(s))),
+                    false
+                ),
+                (128 + s) as u8
+            );
+        }
+    }
+
+    #[test]
+    fn timeout_is_124_unless_preserved() {
+        let o = outcome(StopReason::Timeout, Some(ExitStatus::Signal(15)));
+        assert_eq!(exit_code(&o, false), 124);
+        assert_eq!(exit_code(&o, true), 143);
+        let o = outcome(StopReason::Timeout, Some(ExitStatus::Code(3)));
+        assert_eq!(exit_code(&o, true), 3);
+    }
+
+    #[test]
+    fn survivors_or_errors_are_125() {
+        let mut o = outcome(StopReason::Exited, Some(ExitStatus::Code(0)));
+        o.survivors.push("x (pid 1)".into());
+        assert_eq!(exit_code(&o, false), 125);
+        let mut o = outcome(StopReason::Timeout, None);
+        o.stop_reason = StopReason::Error;
+        assert_eq!(exit_code(&o, false), 125);
+        assert_eq!(exit_code(&outcome(StopReason::Exited, None), false), 125);
+    }
+}

@@ -1,0 +1,198 @@
+//! The cgroup backend: every process of the run lives in the run's own cgroup v2, whatever it
+//! does with setsid/setpgid, so the kernel finds them all and `cgroup.kill` kills them all, even
+//! a fork storm (a process forked during the kill is killed too).
+//!
+//! Does not contain: a process with CAP_SYS_ADMIN (root) that writes itself into another
+//! cgroup's `cgroup.procs` — cgroup namespaces do not stop that without `nsdelegate`.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+use reaper_platform::linux::cgroup::Cgroup;
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::{procfs, signal};
+use reaper_platform::Signal;
+use tokio::time::Instant;
+
+use super::{BackendKind, Containment, Member};
+
+/// errno a failed cgroup join reports from `pre_exec`, so the spawn error is not mistaken for
+/// a missing program (ENOENT) or an unexecutable one (EACCES).
+pub const JOIN_FAILED_ERRNO: i32 = rustix::io::Errno::NOTRECOVERABLE.raw_os_error();
+
+pub struct CgroupBackend {
+    cgroup: Cgroup,
+    /// The cgroup's path in the unified hierarchy (what `/proc/PID/cgroup` shows), to check
+    /// that a pid we are about to signal is still ours.
+    hierarchy_path: String,
+    /// `cgroup.procs`, opened before fork so the child joins with one allocation-free write.
+    procs_fd: OwnedFd,
+    released: bool,
+}
+
+impl CgroupBackend {
+    pub fn new(cgroup: Cgroup, hierarchy_path: String) -> Result<Self, String> {
+        let procs_fd = cgroup.open_procs_for_join().map_err(|e| e.to_string())?;
+        Ok(Self {
+            cgroup,
+            hierarchy_path,
+            procs_fd,
+            released: false,
+        })
+    }
+
+    pub fn cgroup(&self) -> &Cgroup {
+        &self.cgroup
+    }
+
+    /// Every cgroup of the run: its own and any a (root) member created below it.
+    fn tree(&self) -> Vec<Cgroup> {
+        let mut out = vec![self.cgroup.clone()];
+        let mut i = 0;
+        while i < out.len() {
+            let children = out[i].children().unwrap_or_default();
+            let base = out[i].path().to_owned();
+            out.extend(children.into_iter().map(|c| Cgroup::at(base.join(c))));
+            i += 1;
+        }
+        out
+    }
+
+    /// Whether `pid` is (still) in this run's cgroup tree.
+    fn owns(&self, pid: i32) -> bool {
+        procfs::cgroup(pid).is_some_and(|p| {
+            p == self.hierarchy_path
+                || p.strip_prefix(self.hierarchy_path.as_str())
+                    .is_some_and(|r| r.starts_with('/'))
+        })
+    }
+}
+
+impl Containment for CgroupBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cgroup
+    }
+
+    fn prepare(&self, cmd: &mut Command) {
+        let fd = self.procs_fd.as_raw_fd();
+        // SAFETY: the closure runs between fork and exec and only calls write(2) on an fd that
+        // `self` keeps open until the spawn returns; no allocation, no locks.
+        unsafe {
+            cmd.pre_exec(move || {
+                let procs = std::os::fd::BorrowedFd::borrow_raw(fd);
+                match rustix::io::write(procs, b"0") {
+                    Ok(_) => Ok(()),
+                    Err(_) => Err(std::io::Error::from_raw_os_error(JOIN_FAILED_ERRNO)),
+                }
+            });
+        }
+    }
+
+    fn members(&self) -> Vec<Member> {
+        self.tree()
+            .iter()
+            .flat_map(|cg| cg.procs().unwrap_or_default())
+            .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
+            .filter(|s| !s.is_dead())
+            .map(|s| Member {
+                pid: s.pid,
+                starttime: s.starttime,
+                comm: s.comm,
+            })
+            .collect()
+    }
+
+    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+        let mut reached = Vec::new();
+        for m in self.members() {
+            let Some(pidfd) =
+                reaper_platform::Pid::from_raw(m.pid).and_then(|p| Pidfd::open(p).ok())
+            else {
+                continue;
+            };
+            // Opened by pid: make sure the pidfd names a process of this run before signalling.
+            if !self.owns(m.pid) {
+                continue;
+            }
+            if matches!(signal::to_pidfd(&pidfd, sig), Ok(signal::Delivery::Sent)) {
+                reached.push(m);
+            }
+        }
+        reached
+    }
+
+    fn kill_all(&self) -> Vec<Member> {
+        let before = self.members();
+        if self.cgroup.has_kill() {
+            if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
+                tracing::warn!("{e}");
+            }
+        } else {
+            // Before Linux 5.14 there is no cgroup.kill; one pidfd SIGKILL each, and the run
+            // layer repeats the sweep until the cgroup is empty.
+            self.signal_all(Signal::KILL);
+        }
+        before
+    }
+
+    async fn wait_empty(&mut self, deadline: Instant) -> bool {
+        // Watch before the first check, so a change in between still wakes us.
+        let mut watch = match self.cgroup.watch_events() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!("{e}; polling instead");
+                None
+            }
+        };
+        loop {
+            match self.cgroup.populated() {
+                Ok(false) => return true,
+                Ok(true) => {}
+                // The directory is gone: nothing can be in it.
+                Err(e) if e.is_not_found() => return true,
+                Err(e) => tracing::warn!("{e}"),
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            match watch.as_mut() {
+                Some(w) => {
+                    if tokio::time::timeout_at(deadline, w.changed())
+                        .await
+                        .is_err()
+                    {
+                        // Deadline: one more look, then give up.
+                        return !self.cgroup.populated().unwrap_or(true);
+                    }
+                }
+                None => {
+                    tokio::time::sleep_until(deadline.min(Instant::now() + POLL_WITHOUT_INOTIFY))
+                        .await
+                }
+            }
+        }
+    }
+
+    fn release(&mut self) -> Result<(), String> {
+        if self.released {
+            return Ok(());
+        }
+        // Children first: rmdir(2) refuses a cgroup that still has child cgroups (EBUSY).
+        let mut errors = Vec::new();
+        for cg in self.tree().iter().rev() {
+            if let Err(e) = cg.remove() {
+                errors.push(e.to_string());
+            }
+        }
+        if errors.is_empty() {
+            self.released = true;
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
+/// Only when inotify is unavailable (fd limits): how often to re-read `cgroup.events`.
+const POLL_WITHOUT_INOTIFY: std::time::Duration = std::time::Duration::from_millis(5);

@@ -1,0 +1,116 @@
+//! Containment backends: where a run's processes live and how every one of them is found and
+//! killed. One trait, one file per backend; none of them decides *when* (that is the run layer's
+//! policy), so nothing here holds a grace period or a timeout of its own.
+//!
+//! | backend     | finds every descendant by                      | kills by                          |
+//! |-------------|------------------------------------------------|-----------------------------------|
+//! | `cgroup`    | the kernel: the run's own cgroup v2            | `cgroup.kill` (atomic vs fork)    |
+//! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGSTOP all seen, SIGKILL, repeat |
+
+pub mod cgroup;
+pub mod setup;
+pub mod subreaper;
+
+use std::process::Command;
+
+use reaper_platform::Signal;
+use serde::Serialize;
+use tokio::time::Instant;
+
+/// Which backend a run uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Cgroup,
+    Subreaper,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Cgroup => "cgroup",
+            BackendKind::Subreaper => "subreaper",
+        }
+    }
+}
+
+/// A live process of a run, named for good by pid and start time.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Member {
+    pub pid: i32,
+    pub starttime: u64,
+    pub comm: String,
+}
+
+impl Member {
+    /// How reports name a process: `sleep (pid 1234)`.
+    pub fn label(&self) -> String {
+        format!("{} (pid {})", self.comm, self.pid)
+    }
+}
+
+/// The mechanism every backend provides.
+#[allow(async_fn_in_trait)] // used with concrete types only; no Send bound needed
+pub trait Containment {
+    fn kind(&self) -> BackendKind;
+    /// Arranges for the leader to enter containment before it runs any code of its own.
+    fn prepare(&self, cmd: &mut Command);
+    /// Every live (non-zombie) process of the run.
+    fn members(&self) -> Vec<Member>;
+    /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
+    fn signal_all(&self, sig: Signal) -> Vec<Member>;
+    /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
+    fn kill_all(&self) -> Vec<Member>;
+    /// Waits until no live process is left, or the deadline passes (then `false`).
+    async fn wait_empty(&mut self, deadline: Instant) -> bool;
+    /// Gives back what the backend holds (the cgroup directory). Call when empty.
+    fn release(&mut self) -> Result<(), String>;
+}
+
+/// The backend a run got, as one type so the run layer needs no generics.
+pub enum Backend {
+    Cgroup(cgroup::CgroupBackend),
+    Subreaper(subreaper::SubreaperBackend),
+}
+
+impl Backend {
+    pub fn cgroup_path(&self) -> Option<&std::path::Path> {
+        match self {
+            Backend::Cgroup(b) => Some(b.cgroup().path()),
+            Backend::Subreaper(_) => None,
+        }
+    }
+}
+
+macro_rules! each {
+    ($self:ident, $b:ident => $e:expr) => {
+        match $self {
+            Backend::Cgroup($b) => $e,
+            Backend::Subreaper($b) => $e,
+        }
+    };
+}
+
+impl Containment for Backend {
+    fn kind(&self) -> BackendKind {
+        each!(self, b => b.kind())
+    }
+    fn prepare(&self, cmd: &mut Command) {
+        each!(self, b => b.prepare(cmd))
+    }
+    fn members(&self) -> Vec<Member> {
+        each!(self, b => b.members())
+    }
+    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+        each!(self, b => b.signal_all(sig))
+    }
+    fn kill_all(&self) -> Vec<Member> {
+        each!(self, b => b.kill_all())
+    }
+    async fn wait_empty(&mut self, deadline: Instant) -> bool {
+        each!(self, b => b.wait_empty(deadline).await)
+    }
+    fn release(&mut self) -> Result<(), String> {
+        each!(self, b => b.release())
+    }
+}

@@ -1,0 +1,138 @@
+//! The subreaper backend, for Linux without a writable cgroup: reaper is
+//! `PR_SET_CHILD_SUBREAPER`, so a descendant whose parent exits (a double-forked daemon, a setsid
+//! escapee) reparents to reaper instead of PID 1 and stays in reaper's subtree, where
+//! `/proc/PID/task/*/children` finds it.
+//!
+//! Does not contain: a descendant that was reparented *above* reaper before reaper became a
+//! subreaper (impossible for a run's tree), and the window of a fork racing the SIGSTOP sweep is
+//! closed by repeating the sweep until no new process appears. With several runs in one reaper
+//! process (the MCP server), an orphan cannot be told apart from another run's: this backend
+//! contains reaper's whole subtree as one.
+
+use std::collections::HashSet;
+use std::process::Command;
+
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::{procfs, reap, signal, subreaper};
+use reaper_platform::Signal;
+use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
+use tokio::time::Instant;
+
+use super::{BackendKind, Containment, Member};
+
+pub struct SubreaperBackend {
+    self_pid: i32,
+    /// Subtrees that are not the run's (reaper's guardian).
+    exclude: Vec<i32>,
+    sigchld: Option<SignalStream>,
+}
+
+impl SubreaperBackend {
+    pub fn new() -> std::io::Result<Self> {
+        subreaper::become_subreaper()?;
+        Ok(Self {
+            self_pid: rustix::process::getpid().as_raw_nonzero().get(),
+            exclude: Vec::new(),
+            sigchld: unix_signal(SignalKind::child()).ok(),
+        })
+    }
+
+    /// Leaves `pid`'s subtree out of the run (reaper's own helpers).
+    pub fn exclude(&mut self, pid: i32) {
+        self.exclude.push(pid);
+    }
+}
+
+impl Containment for SubreaperBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Subreaper
+    }
+
+    fn prepare(&self, _cmd: &mut Command) {}
+
+    fn members(&self) -> Vec<Member> {
+        procfs::descendants(self.self_pid, &self.exclude)
+            .into_iter()
+            .filter(|s| !s.is_dead())
+            .map(|s| Member {
+                pid: s.pid,
+                starttime: s.starttime,
+                comm: s.comm,
+            })
+            .collect()
+    }
+
+    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+        self.members()
+            .into_iter()
+            .filter(|m| {
+                Pidfd::open_checked(m.pid, m.starttime).is_some_and(|fd| {
+                    matches!(signal::to_pidfd(&fd, sig), Ok(signal::Delivery::Sent))
+                })
+            })
+            .collect()
+    }
+
+    /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
+    /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
+    fn kill_all(&self) -> Vec<Member> {
+        let mut seen: HashSet<(i32, u64)> = HashSet::new();
+        let mut held: Vec<(Member, Pidfd)> = Vec::new();
+        // Bounded: each round stops every process it finds, and only a running process can add
+        // new ones; a storm converges in a few rounds.
+        for _ in 0..MAX_STOP_ROUNDS {
+            let fresh: Vec<Member> = self
+                .members()
+                .into_iter()
+                .filter(|m| !seen.contains(&(m.pid, m.starttime)))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for m in fresh {
+                seen.insert((m.pid, m.starttime));
+                if let Some(fd) = Pidfd::open_checked(m.pid, m.starttime) {
+                    let _ = signal::to_pidfd(&fd, Signal::STOP);
+                    held.push((m, fd));
+                }
+            }
+        }
+        for (_, fd) in &held {
+            let _ = signal::to_pidfd(fd, Signal::KILL);
+        }
+        reap::reap_orphans();
+        held.into_iter().map(|(m, _)| m).collect()
+    }
+
+    async fn wait_empty(&mut self, deadline: Instant) -> bool {
+        loop {
+            reap::reap_orphans();
+            if self.members().is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            // A grandchild's death signals its own parent, not us: wake on SIGCHLD (our
+            // children, reparented orphans) or after a short look-again interval.
+            let tick = tokio::time::sleep_until(deadline.min(Instant::now() + LOOK_AGAIN));
+            match self.sigchld.as_mut() {
+                Some(s) => {
+                    tokio::select! {
+                        _ = s.recv() => {}
+                        _ = tick => {}
+                    }
+                }
+                None => tick.await,
+            }
+        }
+    }
+
+    fn release(&mut self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+const MAX_STOP_ROUNDS: usize = 64;
+/// How often the subtree is re-read while waiting for it to empty.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(5);

@@ -1,0 +1,51 @@
+//! reaper: run a command so that nothing it starts outlives it.
+
+mod cli;
+mod containment;
+mod run;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "reaper",
+    version,
+    about = "Run a command so that nothing it starts outlives it",
+    propagate_version = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run CMD contained: on timeout, signal, or the leader's exit, the whole tree dies.
+    Run(cli::run::RunArgs),
+    /// Say which containment works on this machine, and why.
+    Doctor(cli::doctor::DoctorArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_target(false)
+        .init();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            // Usage errors are reaper's own failure (125), like timeout(1); --help/--version are 0.
+            return std::process::ExitCode::from(if e.use_stderr() { 125 } else { 0 });
+        }
+    };
+    let code = match cli.command {
+        Cmd::Run(a) => cli::run::main(a),
+        Cmd::Doctor(a) => cli::doctor::main(a),
+    };
+    std::process::ExitCode::from(code)
+}

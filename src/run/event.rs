@@ -1,0 +1,83 @@
+//! Lifecycle events: every transition of a run, as it happens. The CLI prints them with
+//! `--events`; other faces turn them into their own messages.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// The leader runs, inside its containment.
+    Spawned {
+        pid: i32,
+        backend: &'static str,
+        cgroup: Option<String>,
+    },
+    /// The leader was reaped.
+    LeaderExited {
+        code: Option<i32>,
+        signal: Option<String>,
+    },
+    /// The wall-clock limit passed.
+    Timeout { after_ms: u64 },
+    /// Someone asked the run to stop (an MCP cancel, a `check` interrupt).
+    CancelRequested,
+    /// reaper itself got a signal.
+    ReaperSignalled { signal: String },
+    /// A signal went to `n` processes of the run (`via`: pidfd or cgroup.kill).
+    Signalled {
+        signal: String,
+        n: usize,
+        via: &'static str,
+    },
+    /// No live process is left in the run.
+    TreeEmpty,
+    /// The run is over: how many processes were killed, and what could not be.
+    Reaped {
+        killed: usize,
+        survivors: Vec<String>,
+    },
+}
+
+/// Where events go. Cheap to clone; a sink that does nothing is the default.
+#[derive(Clone)]
+pub struct EventSink {
+    started: Instant,
+    f: Option<Arc<dyn Fn(u64, &Event) + Send + Sync>>,
+}
+
+impl EventSink {
+    pub fn none() -> Self {
+        Self {
+            started: Instant::now(),
+            f: None,
+        }
+    }
+
+    /// `f` gets the milliseconds since the sink was made, and the event.
+    pub fn new(f: impl Fn(u64, &Event) + Send + Sync + 'static) -> Self {
+        Self {
+            started: Instant::now(),
+            f: Some(Arc::new(f)),
+        }
+    }
+
+    /// One JSON object per line on stderr: `{"t_ms":12,"event":"spawned",…}`.
+    pub fn json_lines_to_stderr() -> Self {
+        Self::new(|t_ms, ev| {
+            let mut v = serde_json::to_value(ev).unwrap_or_default();
+            if let Some(obj) = v.as_object_mut() {
+                obj.insert("t_ms".into(), t_ms.into());
+            }
+            eprintln!("{v}");
+        })
+    }
+
+    pub fn emit(&self, ev: Event) {
+        if let Some(f) = &self.f {
+            f(self.started.elapsed().as_millis() as u64, &ev);
+        }
+    }
+}

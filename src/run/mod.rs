@@ -1,0 +1,473 @@
+//! A run's life (DESIGN.md): spawn into containment, watch the leader through its pidfd, stop
+//! the tree (first signal to every member, grace, kill), report an [`Outcome`].
+//!
+//! ```text
+//! spawn ─► Running ──leader exits──► Draining (--linger) ─► Stopping ─► Reaped
+//!             └── timeout / cancel / reaper signalled ──────► Stopping ─► Reaped
+//! ```
+//! This module owns the policy (which signal, how long to wait, when to escalate); the
+//! containment backends only provide the mechanisms.
+
+pub mod event;
+pub mod outcome;
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use std::time::Duration;
+
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::{reap, signal, subreaper};
+use reaper_platform::{ExitStatus, Pid, Signal};
+use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
+use tokio::time::Instant;
+
+use crate::containment::{self, setup, Backend, Containment, Member};
+pub use event::{Event, EventSink};
+pub use outcome::{Outcome, StopReason};
+
+/// Which containment a run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Requested {
+    /// cgroup when a run cgroup can be created, else subreaper (with a warning).
+    Auto,
+    Cgroup,
+    Subreaper,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainOpts {
+    pub requested: Requested,
+    pub cgroup_parent: Option<PathBuf>,
+}
+
+/// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
+/// survivors (a process in uninterruptible sleep dies only when its I/O returns).
+const KILL_DEADLINE: Duration = Duration::from_secs(5);
+/// Subreaper backend: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
+const KILL_ROUND: Duration = Duration::from_millis(200);
+/// How long the stale-cgroup sweep waits for a stale cgroup to empty.
+const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
+/// and says why in the returned warning.
+pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), String> {
+    let cgroup = || async {
+        let env = setup::discover()?;
+        let placement = env.placement(opts.cgroup_parent.as_deref())?;
+        setup::ensure_leaf(&env, &placement)?;
+        sweep_once(&placement.dir).await;
+        setup::create_run_cgroup(&placement)
+    };
+    let subreaper = || {
+        containment::subreaper::SubreaperBackend::new()
+            .map(Backend::Subreaper)
+            .map_err(|e| {
+                format!("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}")
+            })
+    };
+    match opts.requested {
+        Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
+        Requested::Subreaper => subreaper().map(|b| (b, None)),
+        Requested::Auto => match cgroup().await {
+            Ok(b) => Ok((Backend::Cgroup(b), None)),
+            Err(why) => subreaper().map(|b| {
+                let warning = format!(
+                    "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
+                );
+                (b, Some(warning))
+            }),
+        },
+    }
+}
+
+/// Stale cgroups are swept once per reaper process, under the first parent it uses.
+async fn sweep_once(dir: &std::path::Path) {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        setup::sweep_stale(dir, Instant::now() + SWEEP_DEADLINE).await;
+    }
+}
+
+/// Why a run could not start; each maps to timeout(1)'s exit status.
+#[derive(Debug)]
+pub enum StartError {
+    /// 127: the program does not exist.
+    NotFound(String),
+    /// 126: it exists but cannot be executed.
+    NotExecutable(String),
+    /// 125: reaper itself failed (no containment, no pidfd…).
+    Reaper(String),
+}
+
+impl StartError {
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            StartError::NotFound(_) => 127,
+            StartError::NotExecutable(_) => 126,
+            StartError::Reaper(_) => 125,
+        }
+    }
+    pub fn message(&self) -> &str {
+        match self {
+            StartError::NotFound(m) | StartError::NotExecutable(m) | StartError::Reaper(m) => m,
+        }
+    }
+}
+
+/// The leader's pipes, when the command asked for them.
+pub struct Pipes {
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+}
+
+/// The leader: watched through its pidfd, reaped through [`reap`], status kept once known.
+struct Leader {
+    pidfd: Pidfd,
+    status: Option<ExitStatus>,
+    gone: bool,
+    at: Option<Instant>,
+    sigchld: Option<SignalStream>,
+    sink: EventSink,
+}
+
+impl Leader {
+    fn poll(&mut self) -> Option<ExitStatus> {
+        if self.gone {
+            return self.status;
+        }
+        match reap::try_reap_leader(&self.pidfd) {
+            Ok(Some(st)) => self.done(Some(st)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot wait for the leader (pid {}): {e}",
+                    self.pidfd.raw_pid()
+                );
+                self.done(None)
+            }
+        }
+    }
+
+    fn done(&mut self, st: Option<ExitStatus>) -> Option<ExitStatus> {
+        self.status = st;
+        self.gone = true;
+        self.at = Some(Instant::now());
+        let (code, sig) = match st {
+            Some(ExitStatus::Code(c)) => (Some(c), None),
+            Some(ExitStatus::Signal(s)) => (None, Some(outcome::signal_name(s))),
+            None => (None, None),
+        };
+        self.sink.emit(Event::LeaderExited { code, signal: sig });
+        st
+    }
+
+    /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
+    async fn wait(&mut self) -> Option<ExitStatus> {
+        loop {
+            if self.gone {
+                return self.status;
+            }
+            if let Some(st) = self.poll() {
+                return Some(st);
+            }
+            let sigchld = async {
+                match self.sigchld.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.pidfd.exited() => {}
+                _ = sigchld => { reap::reap_orphans(); }
+            }
+        }
+    }
+}
+
+/// A running, contained command.
+pub struct Run {
+    argv: Vec<String>,
+    backend: Backend,
+    leader: Leader,
+    sink: EventSink,
+    started: Instant,
+    stop_at: Option<Instant>,
+    /// Every process this run signalled to stop it, by (pid, starttime).
+    stopped: HashSet<(i32, u64)>,
+    /// The fallback warning, if `auto` fell back.
+    pub warning: Option<String>,
+}
+
+impl Run {
+    /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
+    pub async fn start(
+        mut cmd: Command,
+        opts: &ContainOpts,
+        sink: EventSink,
+    ) -> Result<(Run, Pipes), StartError> {
+        let argv: Vec<String> = std::iter::once(cmd.get_program())
+            .chain(cmd.get_args())
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let (mut backend, warning) = contain(opts).await.map_err(StartError::Reaper)?;
+        // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
+        // may be slow to) and the subreaper backend can find them.
+        if let Err(e) = subreaper::become_subreaper() {
+            tracing::debug!("not a subreaper: {e}");
+        }
+        let sigchld = unix_signal(SignalKind::child()).ok();
+        backend.prepare(&mut cmd);
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = backend.release();
+                return Err(classify_spawn_error(&e, &argv[0]));
+            }
+        };
+        let pipes = Pipes {
+            stdin: child.stdin.take(),
+            stdout: child.stdout.take(),
+            stderr: child.stderr.take(),
+        };
+        // Invariant: `child.id()` is a live or zombie child we have not reaped, so the pid is ours.
+        let pid = Pid::from_raw(child.id() as i32)
+            .ok_or_else(|| StartError::Reaper("spawned child has pid 0".into()))?;
+        reap::register_leader(pid);
+        let leader = match Pidfd::open(pid) {
+            Ok(fd) => fd,
+            Err(e) => {
+                // Without a pidfd we cannot watch safely: kill what we started and give up.
+                backend.kill_all();
+                let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
+                let _ = backend.release();
+                reap::reap_orphans();
+                reap::unregister_leader(pid);
+                return Err(StartError::Reaper(format!(
+                    "pidfd_open({pid:?}) failed: {e} (Linux 5.3+ needed)"
+                )));
+            }
+        };
+        sink.emit(Event::Spawned {
+            pid: leader.raw_pid(),
+            backend: backend.kind().as_str(),
+            cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
+        });
+        let leader = Leader {
+            pidfd: leader,
+            status: None,
+            gone: false,
+            at: None,
+            sigchld,
+            sink: sink.clone(),
+        };
+        let run = Run {
+            argv,
+            backend,
+            leader,
+            sink,
+            started: Instant::now(),
+            stop_at: None,
+            stopped: HashSet::new(),
+            warning,
+        };
+        Ok((run, pipes))
+    }
+
+    pub fn leader_pid(&self) -> i32 {
+        self.leader.pidfd.raw_pid()
+    }
+
+    pub fn backend(&self) -> &Backend {
+        &self.backend
+    }
+
+    pub fn events(&self) -> &EventSink {
+        &self.sink
+    }
+
+    /// Live processes of the run.
+    pub fn members(&self) -> Vec<Member> {
+        self.backend.members()
+    }
+
+    /// The leader's status if it has been reaped; reaps it if it has exited.
+    pub fn poll_leader(&mut self) -> Option<ExitStatus> {
+        self.leader.poll()
+    }
+
+    /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
+    pub async fn wait_leader(&mut self) -> Option<ExitStatus> {
+        self.leader.wait().await
+    }
+
+    /// Sends `sig` to the leader alone, through its pidfd.
+    pub fn signal_leader(&self, sig: Signal) -> bool {
+        !self.leader.gone
+            && matches!(
+                signal::to_pidfd(&self.leader.pidfd, sig),
+                Ok(signal::Delivery::Sent)
+            )
+    }
+
+    /// Lets the tree run on its own until it is empty or `linger` has passed.
+    pub async fn linger(&mut self, linger: Duration) -> bool {
+        self.backend.wait_empty(Instant::now() + linger).await
+    }
+
+    /// Stops the whole tree: `first` to every member (then SIGCONT, so a stopped process sees
+    /// it), up to `grace` for them to exit, then SIGKILL for all (cgroup.kill, or the subreaper
+    /// sweep) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
+    pub async fn stop(
+        &mut self,
+        first: Signal,
+        grace: Duration,
+        cut_short: impl std::future::Future<Output = ()>,
+    ) {
+        self.stop_at.get_or_insert_with(Instant::now);
+        if !grace.is_zero() && first != Signal::KILL {
+            let reached = self.backend.signal_all(first);
+            self.record(&reached);
+            self.sink.emit(Event::Signalled {
+                signal: signal::name(first),
+                n: reached.len(),
+                via: "pidfd",
+            });
+            if first != Signal::CONT && !reached.is_empty() {
+                self.backend.signal_all(Signal::CONT);
+            }
+            let deadline = Instant::now() + grace;
+            let empty = self.backend.wait_empty(deadline);
+            tokio::pin!(empty, cut_short);
+            loop {
+                tokio::select! {
+                    _ = &mut empty => break,
+                    _ = &mut cut_short => break,
+                    // Reap the leader as soon as it exits, so its status and time are exact.
+                    _ = self.leader.wait(), if !self.leader.gone => {}
+                }
+            }
+        }
+        let final_deadline = Instant::now() + KILL_DEADLINE;
+        let round = match self.backend {
+            Backend::Cgroup(_) => KILL_DEADLINE,
+            Backend::Subreaper(_) => KILL_ROUND,
+        };
+        loop {
+            if self.backend.members().is_empty() {
+                break;
+            }
+            let killed = self.backend.kill_all();
+            self.record(&killed);
+            let via = match self.backend {
+                Backend::Cgroup(_) => "cgroup.kill",
+                Backend::Subreaper(_) => "pidfd",
+            };
+            self.sink.emit(Event::Signalled {
+                signal: "KILL".into(),
+                n: killed.len(),
+                via,
+            });
+            let now = Instant::now();
+            if self
+                .backend
+                .wait_empty((now + round).min(final_deadline))
+                .await
+                || Instant::now() >= final_deadline
+            {
+                break;
+            }
+        }
+        reap::reap_orphans();
+        self.leader.poll();
+        if self.backend.members().is_empty() {
+            self.sink.emit(Event::TreeEmpty);
+        }
+    }
+
+    fn record(&mut self, ms: &[Member]) {
+        self.stopped.extend(ms.iter().map(|m| (m.pid, m.starttime)));
+    }
+
+    /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
+    pub async fn finish(mut self, reason: StopReason, received_signal: Option<Signal>) -> Outcome {
+        // The leader is dead by now (the tree was stopped); collect its status.
+        if !self.leader.gone {
+            let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
+        }
+        reap::reap_orphans();
+        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
+        let mut error = None;
+        if survivors.is_empty() {
+            if let Err(e) = self.backend.release() {
+                error = Some(e);
+            }
+        } else {
+            error = Some(format!(
+                "{} process(es) survived SIGKILL for {}s: {}",
+                survivors.len(),
+                KILL_DEADLINE.as_secs(),
+                survivors.join(", ")
+            ));
+        }
+        reap::unregister_leader(self.leader.pidfd.pid());
+        let end = Instant::now();
+        let ms = |d: Duration| d.as_millis() as u64;
+        self.sink.emit(Event::Reaped {
+            killed: self.stopped.len(),
+            survivors: survivors.clone(),
+        });
+        let mut out = Outcome {
+            argv: std::mem::take(&mut self.argv),
+            backend: self.backend.kind().as_str(),
+            cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
+            leader_pid: self.leader.pidfd.raw_pid(),
+            exit_code: None,
+            signal: None,
+            stop_reason: if error.is_some() && reason == StopReason::Exited {
+                StopReason::Error
+            } else {
+                reason
+            },
+            received_signal: received_signal.map(signal::name),
+            duration_ms: ms(end - self.started),
+            leader_ms: self.leader.at.map(|t| ms(t - self.started)),
+            teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
+            killed: self.stopped.len(),
+            survivors,
+            error,
+            leader_status: None,
+        };
+        out.set_leader_status(self.leader.status);
+        out
+    }
+}
+
+fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
+    use rustix::io::Errno;
+    let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+    if e.raw_os_error() == Some(containment::cgroup::JOIN_FAILED_ERRNO) {
+        return StartError::Reaper(format!(
+            "cannot move '{program}' into its cgroup before exec; run `reaper doctor`"
+        ));
+    }
+    match errno {
+        Some(Errno::NOENT) => {
+            StartError::NotFound(format!("cannot run '{program}': command not found"))
+        }
+        Some(
+            Errno::ACCESS
+            | Errno::PERM
+            | Errno::NOEXEC
+            | Errno::ISDIR
+            | Errno::TXTBSY
+            | Errno::NOTDIR
+            | Errno::LOOP
+            | Errno::NAMETOOLONG,
+        ) => StartError::NotExecutable(format!("cannot run '{program}': {e}")),
+        _ => StartError::Reaper(format!("cannot start '{program}': {e}")),
+    }
+}

@@ -1,0 +1,72 @@
+//! How a run ended: the leader's status, why the run stopped, what was killed, what survived.
+
+use serde::Serialize;
+
+use reaper_platform::linux::signal;
+use reaper_platform::{ExitStatus, Signal};
+
+/// Why the run stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StopReason {
+    /// The leader exited by itself.
+    Exited,
+    /// The wall-clock limit passed.
+    Timeout,
+    /// reaper was signalled (SIGINT, SIGTERM, SIGHUP) or its parent died.
+    Signal,
+    /// Someone asked for it (MCP cancel, an interrupt from `check`).
+    Cancel,
+    /// reaper itself failed.
+    Error,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Outcome {
+    pub argv: Vec<String>,
+    pub backend: &'static str,
+    pub cgroup: Option<String>,
+    pub leader_pid: i32,
+    /// The leader's exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// The signal that killed the leader (`TERM`), when one did.
+    pub signal: Option<String>,
+    pub stop_reason: StopReason,
+    /// The signal reaper received, for `stop_reason: signal`.
+    pub received_signal: Option<String>,
+    /// From spawn to the end of teardown.
+    pub duration_ms: u64,
+    /// From spawn to the leader's exit.
+    pub leader_ms: Option<u64>,
+    /// From the stop request to an empty tree.
+    pub teardown_ms: u64,
+    /// Processes of the run that reaper signalled to stop them (the leader included, when it
+    /// was still running).
+    pub killed: usize,
+    /// Processes still alive after teardown, as `comm (pid N)`: must be empty.
+    pub survivors: Vec<String>,
+    /// What went wrong in reaper itself, for `stop_reason: error`.
+    pub error: Option<String>,
+    #[serde(skip)]
+    pub leader_status: Option<ExitStatus>,
+}
+
+impl Outcome {
+    pub fn set_leader_status(&mut self, st: Option<ExitStatus>) {
+        self.leader_status = st;
+        self.exit_code = match st {
+            Some(ExitStatus::Code(c)) => Some(c),
+            _ => None,
+        };
+        self.signal = match st {
+            Some(ExitStatus::Signal(s)) => Some(signal_name(s)),
+            _ => None,
+        };
+    }
+}
+
+pub fn signal_name(raw: i32) -> String {
+    Signal::from_named_raw(raw)
+        .map(signal::name)
+        .unwrap_or_else(|| raw.to_string())
+}
