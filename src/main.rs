@@ -2,6 +2,7 @@
 
 mod cli;
 mod containment;
+mod guardian;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -24,9 +25,13 @@ enum Cmd {
     Run(cli::run::RunArgs),
     /// Say which containment works on this machine, and why.
     Doctor(cli::doctor::DoctorArgs),
+    /// Internal: the guardian that cleans up if reaper PID is killed.
+    #[command(hide = true)]
+    Guardian { pid: i32, starttime: u64 },
 }
 
 fn main() -> std::process::ExitCode {
+    cli::record_parent();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -46,6 +51,7 @@ fn main() -> std::process::ExitCode {
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
+        Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),
     };
     std::process::ExitCode::from(code)
 }

@@ -12,3 +12,34 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .enable_all()
         .build()
 }
+
+/// reaper's parent as it was when reaper started, to tell its death from an ordinary SIGTERM
+/// (`--die-with-parent` asks for SIGTERM on parent death; after it, `getppid()` differs).
+static ORIGINAL_PPID: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+
+/// Call first thing in `main`.
+pub fn record_parent() {
+    ORIGINAL_PPID.get_or_init(current_ppid);
+}
+
+pub fn current_ppid() -> i32 {
+    rustix::process::getppid()
+        .map(|p| p.as_raw_nonzero().get())
+        .unwrap_or(0)
+}
+
+/// Whether the parent reaper started with is gone (reaper was reparented).
+pub fn parent_died() -> bool {
+    ORIGINAL_PPID.get().is_some_and(|&p| p != current_ppid())
+}
+
+/// PR_SET_PDEATHSIG(SIGTERM) for reaper itself, then the check that the parent did not die
+/// before it was set (prctl(2): the signal is only sent for a death *after* the call).
+pub fn die_with_parent() -> Result<(), String> {
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+        .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
+    if parent_died() {
+        return Err("reaper's parent exited before reaper could watch it; not starting".into());
+    }
+    Ok(())
+}

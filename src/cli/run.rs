@@ -9,7 +9,10 @@ use reaper_platform::{ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, SignalKind};
 
 use super::parse;
-use crate::run::{ContainOpts, EventSink, Outcome, Requested, Run, StopReason};
+use crate::guardian::Guardian;
+use crate::run::{ContainOpts, Event, EventSink, Outcome, Requested, Run, StopReason};
+use std::process::{ChildStdin, Stdio};
+use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -40,6 +43,19 @@ pub struct RunArgs {
     /// Print one JSON object per lifecycle event on stderr, as it happens.
     #[arg(long)]
     pub events: bool,
+
+    /// When reaper's parent dies, stop the tree at once (grace capped at 300ms).
+    #[arg(long)]
+    pub die_with_parent: bool,
+
+    /// Relay reaper's stdin to CMD through a pipe; when it reaches EOF, close CMD's stdin, give
+    /// CMD this long to exit by itself, then stop the tree. For stdio servers whose client may
+    /// vanish.
+    #[arg(long, value_parser = parse::duration, value_name = "DUR")]
+    pub on_stdin_eof: Option<Duration>,
+
+    #[command(flatten)]
+    pub guard: GuardArgs,
 
     /// Say nothing on stderr about timeouts and killed leftovers (errors are still printed).
     #[arg(short, long)]
@@ -72,14 +88,39 @@ pub struct ContainArgs {
     pub cgroup_parent: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, clap::Args)]
+pub struct GuardArgs {
+    /// Do not start the guardian process that kills the tree if reaper itself is SIGKILLed.
+    #[arg(long)]
+    pub no_guardian: bool,
+}
+
 impl ContainArgs {
-    pub fn opts(&self) -> ContainOpts {
+    /// The run options, with a guardian when one is wanted and can help (cgroup backends).
+    pub fn opts(&self, guard: &GuardArgs) -> ContainOpts {
+        let guardian = if guard.no_guardian || self.containment == Requested::Subreaper {
+            None
+        } else {
+            match Guardian::spawn() {
+                Ok(g) => Some(Arc::new(g)),
+                Err(e) => {
+                    eprintln!(
+                        "reaper: warning: {e}; if reaper is SIGKILLed its tree may outlive it"
+                    );
+                    None
+                }
+            }
+        };
         ContainOpts {
             requested: self.containment,
             cgroup_parent: self.cgroup_parent.clone(),
+            guardian,
         }
     }
 }
+
+/// Grace when reaper's parent died: nobody waits for a clean exit, the tree must be gone fast.
+const PARENT_DEATH_GRACE: Duration = Duration::from_millis(300);
 
 /// Exit status, like timeout(1): the leader's code, 128+N for death by signal N, 124 on
 /// timeout unless `preserve_status`, 125 when reaper itself failed (including survivors).
@@ -110,17 +151,20 @@ pub fn main(args: RunArgs) -> u8 {
 
 async fn run(args: RunArgs) -> u8 {
     // Listen before spawning, so a signal in between stops the tree instead of killing reaper.
-    let mut sigs = match (
+    let (Ok(mut sigint), Ok(mut sigterm), Ok(mut sighup)) = (
         unix_signal(SignalKind::interrupt()),
         unix_signal(SignalKind::terminate()),
         unix_signal(SignalKind::hangup()),
-    ) {
-        (Ok(i), Ok(t), Ok(h)) => (i, t, h),
-        _ => {
-            eprintln!("reaper: cannot install signal handlers");
+    ) else {
+        eprintln!("reaper: cannot install signal handlers");
+        return 125;
+    };
+    if args.die_with_parent {
+        if let Err(e) = super::die_with_parent() {
+            eprintln!("reaper: {e}");
             return 125;
         }
-    };
+    }
     let sink = if args.events {
         EventSink::json_lines_to_stderr()
     } else {
@@ -128,16 +172,25 @@ async fn run(args: RunArgs) -> u8 {
     };
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
-    let (mut run, _pipes) = match Run::start(cmd, &args.contain.opts(), sink).await {
+    if args.on_stdin_eof.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let opts = args.contain.opts(&args.guard);
+    let guardian = opts.guardian.clone();
+    let (mut run, pipes) = match Run::start(cmd, &opts, sink).await {
         Ok(r) => r,
         Err(e) => {
             eprintln!("reaper: {}", e.message());
+            if let Some(g) = &guardian {
+                g.done();
+            }
             return e.exit_code();
         }
     };
     if let Some(w) = &run.warning {
         eprintln!("{w}");
     }
+    let mut stdin_eof = pipes.stdin.map(relay_stdin);
 
     let timeout = async {
         match args.timeout {
@@ -145,31 +198,64 @@ async fn run(args: RunArgs) -> u8 {
             None => std::future::pending().await,
         }
     };
-    let (reason, received) = tokio::select! {
+    let eof = async {
+        match stdin_eof.as_mut() {
+            Some(rx) => {
+                let _ = rx.await;
+            }
+            None => std::future::pending().await,
+        }
+    };
+    let term_reason = || {
+        if args.die_with_parent && super::parent_died() {
+            StopReason::ParentDied
+        } else {
+            StopReason::Signal
+        }
+    };
+    let (mut reason, received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
         _ = timeout => (StopReason::Timeout, None),
-        _ = sigs.0.recv() => (StopReason::Signal, Some(Signal::INT)),
-        _ = sigs.1.recv() => (StopReason::Signal, Some(Signal::TERM)),
-        _ = sigs.2.recv() => (StopReason::Signal, Some(Signal::HUP)),
+        _ = sigint.recv() => (StopReason::Signal, Some(Signal::INT)),
+        _ = sigterm.recv() => (term_reason(), Some(Signal::TERM)),
+        _ = sighup.recv() => (StopReason::Signal, Some(Signal::HUP)),
+        _ = eof => (StopReason::StdinEof, None),
     };
     match (reason, received) {
-        (StopReason::Timeout, _) => run.events().emit(crate::run::Event::Timeout {
+        (StopReason::Timeout, _) => run.events().emit(Event::Timeout {
             after_ms: args.timeout.map(|d| d.as_millis() as u64).unwrap_or(0),
         }),
-        (_, Some(sig)) => run.events().emit(crate::run::Event::ReaperSignalled {
+        (StopReason::ParentDied, _) => run.events().emit(Event::ParentDied),
+        (_, Some(sig)) => run.events().emit(Event::ReaperSignalled {
             signal: reaper_platform::linux::signal::name(sig),
         }),
+        (StopReason::StdinEof, _) => {
+            run.events().emit(Event::StdinEof);
+            // CMD's stdin is closed now; it may exit by itself within the allowance.
+            let allowance = args.on_stdin_eof.unwrap_or_default();
+            if tokio::time::timeout(allowance, run.wait_leader())
+                .await
+                .is_ok()
+            {
+                reason = StopReason::Exited;
+            }
+        }
         _ => {}
     }
     if reason == StopReason::Exited && !args.linger.is_zero() {
         run.linger(args.linger).await;
     }
+    let grace = if reason == StopReason::ParentDied {
+        args.grace.min(PARENT_DEATH_GRACE)
+    } else {
+        args.grace
+    };
     // A second INT/TERM/HUP during the grace period means "now".
     let again = async {
         tokio::select! {
-            _ = sigs.0.recv() => {}
-            _ = sigs.1.recv() => {}
-            _ = sigs.2.recv() => {}
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
+            _ = sighup.recv() => {}
         }
     };
     let leftovers = if reason == StopReason::Exited {
@@ -177,8 +263,11 @@ async fn run(args: RunArgs) -> u8 {
     } else {
         0
     };
-    run.stop(args.signal, args.grace, again).await;
+    run.stop(args.signal, grace, again).await;
     let outcome = run.finish(reason, received).await;
+    if let Some(g) = &guardian {
+        g.done();
+    }
 
     if let Some(path) = &args.report {
         if let Err(e) = write_report(path, &outcome) {
@@ -189,25 +278,61 @@ async fn run(args: RunArgs) -> u8 {
     if let Some(err) = &outcome.error {
         eprintln!("reaper: {err}");
     } else if !args.quiet {
+        let n = outcome.killed;
         match reason {
-            StopReason::Timeout => eprintln!(
-                "reaper: timed out after {}; stopped {} process(es)",
-                parse::show(args.timeout.unwrap_or_default()),
-                outcome.killed
+            StopReason::Timeout => {
+                eprintln!("reaper: timed out after {}; stopped {n} process(es)", parse::show(args.timeout.unwrap_or_default()))
+            }
+            StopReason::Signal => {
+                eprintln!("reaper: got SIG{}; stopped {n} process(es)", outcome.received_signal.as_deref().unwrap_or("?"))
+            }
+            StopReason::ParentDied => eprintln!("reaper: parent died; stopped {n} process(es)"),
+            StopReason::StdinEof => eprintln!(
+                "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es)",
+                parse::show(args.on_stdin_eof.unwrap_or_default())
             ),
-            StopReason::Signal => eprintln!(
-                "reaper: got SIG{}; stopped {} process(es)",
-                outcome.received_signal.as_deref().unwrap_or("?"),
-                outcome.killed
-            ),
-            _ if leftovers > 0 => eprintln!(
-                "reaper: the leader exited; stopped {} leftover process(es)",
-                outcome.killed
-            ),
+            _ if leftovers > 0 => eprintln!("reaper: the leader exited; stopped {n} leftover process(es)"),
             _ => {}
         }
     }
     code
+}
+
+/// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep
+/// back-pressure and add no latency; fd 0 is shared with others, so it is never made
+/// non-blocking). Resolves when reaper's stdin reaches EOF, after CMD's stdin was closed.
+fn relay_stdin(mut to_child: ChildStdin) -> tokio::sync::oneshot::Receiver<()> {
+    use std::io::{Read, Write};
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("stdin-relay".into())
+        .spawn(move || {
+            let mut stdin = std::io::stdin();
+            let mut buf = vec![0u8; 64 * 1024];
+            let mut child = Some(&mut to_child);
+            loop {
+                match stdin.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        // CMD closed its stdin: keep draining ours, only to notice EOF.
+                        if child
+                            .as_mut()
+                            .is_some_and(|c| c.write_all(&buf[..n]).is_err())
+                        {
+                            child = None;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            drop(to_child);
+            let _ = tx.send(());
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the stdin relay: {e}");
+    }
+    rx
 }
 
 fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
@@ -240,6 +365,7 @@ mod tests {
             killed: 0,
             survivors: vec![],
             error: None,
+            guardian_pid: None,
             leader_status: None,
         };
         o.set_leader_status(st);

@@ -46,19 +46,6 @@ impl CgroupBackend {
         &self.cgroup
     }
 
-    /// Every cgroup of the run: its own and any a (root) member created below it.
-    fn tree(&self) -> Vec<Cgroup> {
-        let mut out = vec![self.cgroup.clone()];
-        let mut i = 0;
-        while i < out.len() {
-            let children = out[i].children().unwrap_or_default();
-            let base = out[i].path().to_owned();
-            out.extend(children.into_iter().map(|c| Cgroup::at(base.join(c))));
-            i += 1;
-        }
-        out
-    }
-
     /// Whether `pid` is (still) in this run's cgroup tree.
     fn owns(&self, pid: i32) -> bool {
         procfs::cgroup(pid).is_some_and(|p| {
@@ -90,7 +77,8 @@ impl Containment for CgroupBackend {
     }
 
     fn members(&self) -> Vec<Member> {
-        self.tree()
+        self.cgroup
+            .subtree()
             .iter()
             .flat_map(|cg| cg.procs().unwrap_or_default())
             .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
@@ -180,7 +168,7 @@ impl Containment for CgroupBackend {
         }
         // Children first: rmdir(2) refuses a cgroup that still has child cgroups (EBUSY).
         let mut errors = Vec::new();
-        for cg in self.tree().iter().rev() {
+        for cg in self.cgroup.subtree().iter().rev() {
             if let Err(e) = cg.remove() {
                 errors.push(e.to_string());
             }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::mountinfo::{self, Cgroup2Mount};
-use reaper_platform::linux::procfs;
+use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
 
 use super::cgroup::CgroupBackend;
@@ -182,22 +182,15 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
 
 /// Kills everything in `cg` and below, waits for it to empty, removes it and its children.
 pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
-    let mut all = vec![cg.clone()];
-    let mut i = 0;
-    while i < all.len() {
-        let base = all[i].path().to_owned();
-        all.extend(
-            all[i]
-                .children()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|c| Cgroup::at(base.join(c))),
-        );
-        i += 1;
-    }
-    if cg.populated().unwrap_or(false) {
+    let populated = match cg.populated() {
+        Ok(p) => p,
+        // Already removed (by its reaper, just before it died): nothing to do.
+        Err(e) if e.is_not_found() => return Ok(()),
+        Err(e) => return Err(e.to_string()),
+    };
+    if populated {
         let mut watch = cg.watch_events().map_err(|e| e.to_string())?;
-        cg.kill().map_err(|e| e.to_string())?;
+        signal::to_cgroup_kill(cg).map_err(|e| e.to_string())?;
         while cg.populated().map_err(|e| e.to_string())? {
             if tokio::time::timeout_at(deadline, watch.changed())
                 .await
@@ -210,7 +203,7 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
             }
         }
     }
-    for c in all.iter().rev() {
+    for c in cg.subtree().iter().rev() {
         c.remove().map_err(|e| e.to_string())?;
     }
     Ok(())

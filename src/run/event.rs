@@ -24,6 +24,10 @@ pub enum Event {
     Timeout { after_ms: u64 },
     /// Someone asked the run to stop (an MCP cancel, a `check` interrupt).
     CancelRequested,
+    /// reaper's parent died (`--die-with-parent`).
+    ParentDied,
+    /// reaper's stdin reached EOF (`--on-stdin-eof`); CMD's stdin was closed.
+    StdinEof,
     /// reaper itself got a signal.
     ReaperSignalled { signal: String },
     /// A signal went to `n` processes of the run (`via`: pidfd or cgroup.kill).

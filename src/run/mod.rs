@@ -23,8 +23,10 @@ use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalK
 use tokio::time::Instant;
 
 use crate::containment::{self, setup, Backend, Containment, Member};
+use crate::guardian::Guardian;
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
+use std::sync::Arc;
 
 /// Which containment a run asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -39,6 +41,8 @@ pub enum Requested {
 pub struct ContainOpts {
     pub requested: Requested,
     pub cgroup_parent: Option<PathBuf>,
+    /// Cleans up the run's cgroup if reaper itself is killed.
+    pub guardian: Option<Arc<Guardian>>,
 }
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
@@ -61,7 +65,12 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
     };
     let subreaper = || {
         containment::subreaper::SubreaperBackend::new()
-            .map(Backend::Subreaper)
+            .map(|mut b| {
+                if let Some(g) = &opts.guardian {
+                    b.exclude(g.pid());
+                }
+                Backend::Subreaper(b)
+            })
             .map_err(|e| {
                 format!("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}")
             })
@@ -200,6 +209,7 @@ pub struct Run {
     stopped: HashSet<(i32, u64)>,
     /// The fallback warning, if `auto` fell back.
     pub warning: Option<String>,
+    guardian: Option<Arc<Guardian>>,
 }
 
 impl Run {
@@ -214,6 +224,17 @@ impl Run {
             .map(|a| a.to_string_lossy().into_owned())
             .collect();
         let (mut backend, warning) = contain(opts).await.map_err(StartError::Reaper)?;
+        let guardian = opts.guardian.clone();
+        if let (Some(g), Some(path)) = (&guardian, backend.cgroup_path()) {
+            g.watch(path);
+        }
+        let release = |backend: &mut Backend| {
+            let path = backend.cgroup_path().map(ToOwned::to_owned);
+            let _ = backend.release();
+            if let (Some(g), Some(p)) = (&guardian, path) {
+                g.forget(&p);
+            }
+        };
         // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
         // may be slow to) and the subreaper backend can find them.
         if let Err(e) = subreaper::become_subreaper() {
@@ -224,7 +245,7 @@ impl Run {
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let _ = backend.release();
+                release(&mut backend);
                 return Err(classify_spawn_error(&e, &argv[0]));
             }
         };
@@ -243,7 +264,7 @@ impl Run {
                 // Without a pidfd we cannot watch safely: kill what we started and give up.
                 backend.kill_all();
                 let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
-                let _ = backend.release();
+                release(&mut backend);
                 reap::reap_orphans();
                 reap::unregister_leader(pid);
                 return Err(StartError::Reaper(format!(
@@ -273,6 +294,7 @@ impl Run {
             stop_at: None,
             stopped: HashSet::new(),
             warning,
+            guardian,
         };
         Ok((run, pipes))
     }
@@ -402,8 +424,14 @@ impl Run {
         let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
         let mut error = None;
         if survivors.is_empty() {
-            if let Err(e) = self.backend.release() {
-                error = Some(e);
+            let path = self.backend.cgroup_path().map(ToOwned::to_owned);
+            match self.backend.release() {
+                Err(e) => error = Some(e),
+                Ok(()) => {
+                    if let (Some(g), Some(p)) = (&self.guardian, path) {
+                        g.forget(&p);
+                    }
+                }
             }
         } else {
             error = Some(format!(
@@ -439,6 +467,7 @@ impl Run {
             killed: self.stopped.len(),
             survivors,
             error,
+            guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
             leader_status: None,
         };
         out.set_leader_status(self.leader.status);

@@ -7,7 +7,7 @@ use reaper_platform::{ExitStatus, Signal};
 
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum StopReason {
     /// The leader exited by itself.
     Exited,
@@ -17,6 +17,10 @@ pub enum StopReason {
     Signal,
     /// Someone asked for it (MCP cancel, an interrupt from `check`).
     Cancel,
+    /// reaper's parent died (`--die-with-parent`).
+    ParentDied,
+    /// reaper's stdin reached EOF and the leader did not exit in time (`--on-stdin-eof`).
+    StdinEof,
     /// reaper itself failed.
     Error,
 }
@@ -47,6 +51,8 @@ pub struct Outcome {
     pub survivors: Vec<String>,
     /// What went wrong in reaper itself, for `stop_reason: error`.
     pub error: Option<String>,
+    /// The guardian process that would have cleaned up had reaper been killed.
+    pub guardian_pid: Option<i32>,
     #[serde(skip)]
     pub leader_status: Option<ExitStatus>,
 }

@@ -114,6 +114,20 @@ impl Cgroup {
             .collect())
     }
 
+    /// This cgroup and every cgroup below it, parents before children (so removing in reverse
+    /// order works: rmdir(2) refuses a cgroup that has children).
+    pub fn subtree(&self) -> Vec<Cgroup> {
+        let mut all = vec![self.clone()];
+        let mut i = 0;
+        while i < all.len() {
+            let base = all[i].path.clone();
+            let children = all[i].children().unwrap_or_default();
+            all.extend(children.into_iter().map(|c| Cgroup::at(base.join(c))));
+            i += 1;
+        }
+        all
+    }
+
     /// `rmdir` the cgroup. Already gone counts as removed. EBUSY means it is still populated
     /// or has children.
     pub fn remove(&self) -> cgroupfs::Result<()> {

@@ -1,0 +1,274 @@
+//! Shared test harness: run reaper and the hostile fixture, and tell for certain whether every
+//! process of a tree is dead.
+//!
+//! Two death oracles that cannot lie: the fixture's lock file (every process of the tree holds
+//! a shared flock through an inherited fd; `LOCK_EX|LOCK_NB` succeeds only when all are gone,
+//! zombies included since they have closed their fds) and its pid file (`PID STARTTIME ROLE`
+//! lines, to name survivors). Whatever a test leaves alive is killed on drop, through pidfds
+//! opened on `(pid, starttime)`, and the test fails.
+#![allow(dead_code)]
+
+use std::ffi::OsStr;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+pub fn reaper() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_reaper"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+pub fn fixture_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_reaper-fixture")
+}
+
+/// The cgroup2 mount, when there is one.
+pub fn cgroup2_mount() -> Option<PathBuf> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mi.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        (post.split(' ').next()? == "cgroup2")
+            .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap_or("")))
+    })
+}
+
+/// Whether the cgroup backend can work here (tests of it are skipped with a reason otherwise).
+pub fn cgroup_usable() -> bool {
+    let out = reaper().args(["doctor", "--json"]).output();
+    match out {
+        Ok(o) => serde_json::from_slice::<serde_json::Value>(&o.stdout)
+            .map(|v| v["cgroup_writable"] == true && v["cgroup_kill"] == true)
+            .unwrap_or(false),
+        Err(_) => false,
+    }
+}
+
+/// A hostile tree's bookkeeping: a temp dir with the oracle lock, the pid file, the ready flag.
+pub struct Tree {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tree {
+    pub fn new() -> Self {
+        Tree {
+            dir: tempfile::Builder::new()
+                .prefix("reaper-test-")
+                .tempdir()
+                .expect("temp dir"),
+        }
+    }
+
+    pub fn oracle(&self) -> PathBuf {
+        self.dir.path().join("oracle")
+    }
+    pub fn pids(&self) -> PathBuf {
+        self.dir.path().join("pids")
+    }
+    pub fn ready(&self) -> PathBuf {
+        self.dir.path().join("ready")
+    }
+    pub fn report(&self) -> PathBuf {
+        self.dir.path().join("report.json")
+    }
+
+    /// `reaper-fixture --oracle … --pids … --ready … SCENARIO ARGS…` as argv.
+    pub fn fixture(&self, scenario: &[&str]) -> Vec<String> {
+        let mut v = vec![
+            fixture_bin().to_owned(),
+            "--oracle".into(),
+            self.oracle().display().to_string(),
+            "--pids".into(),
+            self.pids().display().to_string(),
+            "--ready".into(),
+            self.ready().display().to_string(),
+        ];
+        v.extend(scenario.iter().map(|s| s.to_string()));
+        v
+    }
+
+    pub fn wait_ready(&self, within: Duration) {
+        let deadline = Instant::now() + within;
+        while !self.ready().exists() {
+            assert!(
+                Instant::now() < deadline,
+                "fixture tree not ready after {within:?}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Every process the tree recorded: (pid, starttime, role).
+    pub fn recorded(&self) -> Vec<(i32, u64, String)> {
+        std::fs::read_to_string(self.pids())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let mut f = l.split_whitespace();
+                Some((
+                    f.next()?.parse().ok()?,
+                    f.next()?.parse().ok()?,
+                    f.next().unwrap_or("").to_owned(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Recorded processes that are still alive (same start time, not a zombie).
+    pub fn survivors(&self) -> Vec<String> {
+        self.recorded()
+            .into_iter()
+            .filter(|(pid, st, _)| alive(*pid, *st))
+            .map(|(pid, _, role)| {
+                format!("{role} (pid {pid}, state {})", state(pid).unwrap_or('?'))
+            })
+            .collect()
+    }
+
+    /// The lock-file oracle: true when no process of the tree holds the lock any more.
+    pub fn all_dead(&self) -> bool {
+        let Ok(f) = std::fs::File::open(self.oracle()) else {
+            return true;
+        };
+        rustix::fs::flock(
+            f.as_fd(),
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .is_ok()
+    }
+
+    /// Asserts the whole tree is dead (waiting briefly for the kernel to finish exits).
+    pub fn assert_all_dead(&self, what: &str) {
+        let deadline = Instant::now() + Duration::from_millis(1500);
+        while !self.all_dead() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let survivors = self.survivors();
+        assert!(
+            self.all_dead() && survivors.is_empty(),
+            "{what}: survivors {survivors:?} (oracle lock held: {})",
+            !self.all_dead()
+        );
+    }
+
+    /// Kills whatever the tree left alive, through pidfds on (pid, starttime). Returns what it
+    /// had to kill.
+    pub fn kill_leftovers(&self) -> Vec<String> {
+        let mut killed = Vec::new();
+        for _ in 0..50 {
+            let live: Vec<_> = self
+                .recorded()
+                .into_iter()
+                .filter(|(p, s, _)| alive(*p, *s))
+                .collect();
+            if live.is_empty() {
+                break;
+            }
+            for (pid, st, role) in live {
+                if let Some(fd) = pidfd_checked(pid, st) {
+                    let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+                    killed.push(format!("{role} (pid {pid})"));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        killed
+    }
+}
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let killed = self.kill_leftovers();
+        if !killed.is_empty() && !std::thread::panicking() {
+            panic!("test left processes alive (now killed): {killed:?}");
+        }
+    }
+}
+
+pub fn stat(pid: i32) -> Option<(char, u64)> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+}
+
+pub fn state(pid: i32) -> Option<char> {
+    stat(pid).map(|s| s.0)
+}
+
+/// Alive = exists with the same start time and is not a zombie (zombies are dead).
+pub fn alive(pid: i32, starttime: u64) -> bool {
+    matches!(stat(pid), Some((st, t)) if t == starttime && st != 'Z' && st != 'X')
+}
+
+pub fn pidfd_checked(pid: i32, starttime: u64) -> Option<std::os::fd::OwnedFd> {
+    let fd = rustix::process::pidfd_open(
+        rustix::process::Pid::from_raw(pid)?,
+        rustix::process::PidfdFlags::empty(),
+    )
+    .ok()?;
+    alive(pid, starttime).then_some(fd)
+}
+
+/// Sends a signal to a child we spawned and have not reaped (its pid cannot be reused).
+pub fn signal_child(child: &Child, sig: rustix::process::Signal) {
+    let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("child pid");
+    rustix::process::kill_process(pid, sig).expect("signal reaper");
+}
+
+/// Waits for a child with a deadline; kills it (and fails) if it overruns.
+pub fn wait_with_deadline(child: &mut Child, within: Duration) -> std::process::ExitStatus {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(st) = child.try_wait().expect("try_wait") {
+            return st;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("reaper did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Runs reaper to completion with stdin closed, capturing output.
+pub fn run_reaper<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    reaper()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reaper")
+}
+
+/// The `--report` JSON of a run.
+pub fn read_report(path: &Path) -> serde_json::Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("no report at {}: {e}", path.display()));
+    serde_json::from_str(&text).expect("report is JSON")
+}
+
+/// Asserts a run left no cgroup behind and reported no survivors.
+pub fn assert_clean_report(report: &serde_json::Value) {
+    assert_eq!(
+        report["survivors"],
+        serde_json::json!([]),
+        "survivors in report: {report}"
+    );
+    if let Some(cg) = report["cgroup"].as_str() {
+        assert!(!Path::new(cg).exists(), "cgroup {cg} left behind");
+    }
+}
+
+pub fn code(o: &Output) -> i32 {
+    o.status.code().unwrap_or(-1)
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

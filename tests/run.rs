@@ -1,0 +1,630 @@
+//! `reaper run` end to end, for each backend and each way a run ends: no live survivor (a zombie
+//! counts as dead), the right exit status, no cgroup left behind.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustix::process::Signal;
+
+/// Runs `reaper run --containment BACKEND --report R FLAGS -- fixture SCENARIO` to completion.
+fn run_tree(
+    tree: &Tree,
+    backend: &str,
+    flags: &[&str],
+    scenario: &[&str],
+) -> (std::process::Output, serde_json::Value) {
+    let report = tree.report();
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--containment".into(),
+        backend.into(),
+        "--report".into(),
+        report.display().to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(tree.fixture(scenario));
+    let out = run_reaper(&args);
+    let rep = read_report(&report);
+    (out, rep)
+}
+
+/// Starts reaper in the background on a fixture scenario and waits for the tree to be built.
+fn spawn_tree(
+    tree: &Tree,
+    backend: &str,
+    flags: &[&str],
+    scenario: &[&str],
+) -> std::process::Child {
+    let mut args: Vec<String> = vec![
+        "run".into(),
+        "--containment".into(),
+        backend.into(),
+        "--report".into(),
+        tree.report().display().to_string(),
+    ];
+    args.extend(flags.iter().map(|s| s.to_string()));
+    args.push("--".into());
+    args.extend(tree.fixture(scenario));
+    let child = reaper()
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn reaper");
+    tree.wait_ready(Duration::from_secs(20));
+    child
+}
+
+fn skip_without_cgroup(backend: &str) -> bool {
+    if backend == "cgroup" && !cgroup_usable() {
+        eprintln!("skipped: the cgroup backend is not usable here (see `reaper doctor`)");
+        return true;
+    }
+    false
+}
+
+macro_rules! backend_tests {
+    ($modname:ident, $backend:literal) => {
+        mod $modname {
+            use super::*;
+            const B: &str = $backend;
+
+            #[test]
+            fn leader_exits_setsid_grandchild_ignoring_term_dies() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--grace", "300ms"],
+                    &["setsid-grandchild", "--leader-exits"],
+                );
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                t.assert_all_dead("leader exited");
+                assert_clean_report(&rep);
+                assert_eq!(rep["stop_reason"], "exited");
+                assert_eq!(rep["backend"], B);
+                assert!(rep["killed"].as_u64().unwrap() >= 2, "{rep}");
+            }
+
+            #[test]
+            fn leader_exits_double_forked_daemon_dies() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) =
+                    run_tree(&t, B, &["--grace", "300ms"], &["daemon", "--leader-exits"]);
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                t.assert_all_dead("daemon");
+                assert_clean_report(&rep);
+            }
+
+            #[test]
+            fn timeout_stops_the_whole_tree_with_124() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let start = Instant::now();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "1s", "--grace", "300ms"],
+                    &["setsid-grandchild"],
+                );
+                let took = start.elapsed();
+                assert_eq!(code(&out), 124, "{}", stderr(&out));
+                assert!(
+                    took >= Duration::from_secs(1),
+                    "stopped before the timeout: {took:?}"
+                );
+                t.assert_all_dead("timeout");
+                assert_clean_report(&rep);
+                assert_eq!(rep["stop_reason"], "timeout");
+                assert_eq!(
+                    rep["signal"], "TERM",
+                    "the leader died of the first signal: {rep}"
+                );
+                assert!(
+                    stderr(&out).contains("reaper: timed out after 1s"),
+                    "{}",
+                    stderr(&out)
+                );
+            }
+
+            #[test]
+            fn timeout_with_preserve_status_returns_the_leaders() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "500ms", "--preserve-status"],
+                    &["trap-term", "42"],
+                );
+                assert_eq!(code(&out), 42, "{}", stderr(&out));
+                assert_eq!(rep["exit_code"], 42);
+                t.assert_all_dead("trap-term");
+            }
+
+            #[test]
+            fn a_tree_of_200_with_setsid_escapees_dies() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "1s", "--grace", "200ms"],
+                    &["tree", "200", "--setsid-every", "10"],
+                );
+                assert_eq!(code(&out), 124, "{}", stderr(&out));
+                assert_eq!(t.recorded().len(), 200);
+                t.assert_all_dead("tree 200");
+                assert_clean_report(&rep);
+                assert_eq!(rep["killed"], 200, "{rep}");
+            }
+
+            #[test]
+            fn a_fork_storm_still_forking_dies() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "300ms", "--grace", "0"],
+                    &["fork-storm", "3000", "--ready-at", "100"],
+                );
+                assert_eq!(code(&out), 124, "{}", stderr(&out));
+                t.assert_all_dead("fork storm");
+                assert_clean_report(&rep);
+            }
+
+            #[test]
+            fn a_stopped_child_dies() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "500ms", "--grace", "300ms"],
+                    &["stopped-child"],
+                );
+                assert_eq!(code(&out), 124, "{}", stderr(&out));
+                t.assert_all_dead("stopped child");
+                assert_clean_report(&rep);
+            }
+
+            #[test]
+            fn a_child_holding_stdout_does_not_hang_the_caller() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let mut args = vec![
+                    "run".to_string(),
+                    "--containment".into(),
+                    B.into(),
+                    "--grace".into(),
+                    "200ms".into(),
+                    "--".into(),
+                ];
+                args.extend(t.fixture(&["hold-stdout"]));
+                let start = Instant::now();
+                // output() reads stdout to EOF: it returns only once the holder is dead too.
+                let out = reaper()
+                    .args(&args)
+                    .stdin(Stdio::null())
+                    .output()
+                    .expect("run");
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                assert!(String::from_utf8_lossy(&out.stdout).contains("leader done"));
+                assert!(start.elapsed() < Duration::from_secs(10));
+                t.assert_all_dead("stdout holder");
+            }
+
+            fn stopped_by_signal(sig: Signal, name: &str) {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let mut child = spawn_tree(&t, B, &["--grace", "300ms"], &["setsid-grandchild"]);
+                signal_child(&child, sig);
+                let st = wait_with_deadline(&mut child, Duration::from_secs(10));
+                assert_eq!(st.code(), Some(143), "leader died of TERM");
+                t.assert_all_dead(name);
+                let rep = read_report(&t.report());
+                assert_clean_report(&rep);
+                assert_eq!(rep["stop_reason"], "signal");
+                assert_eq!(rep["received_signal"], name);
+            }
+
+            #[test]
+            fn sigterm_to_reaper_stops_the_tree() {
+                stopped_by_signal(Signal::TERM, "TERM");
+            }
+
+            #[test]
+            fn sigint_to_reaper_stops_the_tree() {
+                stopped_by_signal(Signal::INT, "INT");
+            }
+
+            #[test]
+            fn sighup_to_reaper_stops_the_tree() {
+                stopped_by_signal(Signal::HUP, "HUP");
+            }
+
+            #[test]
+            fn a_second_signal_cuts_the_grace_short() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let mut child = spawn_tree(&t, B, &["--grace", "30s"], &["ignore-term", "600"]);
+                signal_child(&child, Signal::INT);
+                std::thread::sleep(Duration::from_millis(200));
+                let start = Instant::now();
+                signal_child(&child, Signal::INT);
+                let st = wait_with_deadline(&mut child, Duration::from_secs(10));
+                assert!(
+                    start.elapsed() < Duration::from_secs(5),
+                    "grace was not cut short"
+                );
+                assert_eq!(
+                    st.code(),
+                    Some(137),
+                    "the TERM-ignoring leader was SIGKILLed"
+                );
+                t.assert_all_dead("second signal");
+            }
+
+            #[test]
+            fn exit_codes_and_signals_are_forwarded() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                for (scenario, want) in [
+                    (["exit", "0"], 0),
+                    (["exit", "3"], 3),
+                    (["exit", "255"], 255),
+                    (["signal", "9"], 137),
+                    (["signal", "15"], 143),
+                ] {
+                    let t = Tree::new();
+                    let (out, rep) = run_tree(&t, B, &[], &scenario);
+                    assert_eq!(code(&out), want, "{scenario:?}: {}", stderr(&out));
+                    assert_clean_report(&rep);
+                }
+            }
+
+            #[test]
+            fn linger_lets_leftovers_finish_first() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let flag = t.dir.path().join("finished");
+                let script = format!("(sleep 0.3; touch {}) & exit 0", flag.display());
+                let out = run_reaper([
+                    "run",
+                    "--containment",
+                    B,
+                    "--linger",
+                    "5s",
+                    "--",
+                    "sh",
+                    "-c",
+                    &script,
+                ]);
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                assert!(
+                    flag.exists(),
+                    "the background job was killed before it finished"
+                );
+
+                let flag2 = t.dir.path().join("finished2");
+                let script = format!("(sleep 0.5; touch {}) & exit 0", flag2.display());
+                let out = run_reaper(["run", "--containment", B, "--", "sh", "-c", &script]);
+                assert_eq!(code(&out), 0, "{}", stderr(&out));
+                std::thread::sleep(Duration::from_millis(800));
+                assert!(
+                    !flag2.exists(),
+                    "without --linger the leftover must be stopped at once"
+                );
+            }
+
+            #[test]
+            fn events_are_json_lines_in_order() {
+                if skip_without_cgroup(B) {
+                    return;
+                }
+                let t = Tree::new();
+                let mut args = vec![
+                    "run".to_string(),
+                    "--containment".into(),
+                    B.into(),
+                    "--events".into(),
+                    "--timeout".into(),
+                    "300ms".into(),
+                    "--grace".into(),
+                    "100ms".into(),
+                    "--".into(),
+                ];
+                args.extend(t.fixture(&["ignore-term", "600"]));
+                let out = run_reaper(&args);
+                assert_eq!(code(&out), 124);
+                let events: Vec<serde_json::Value> = stderr(&out)
+                    .lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect();
+                let names: Vec<&str> = events.iter().filter_map(|e| e["event"].as_str()).collect();
+                assert_eq!(names.first(), Some(&"spawned"), "{names:?}");
+                assert_eq!(names.last(), Some(&"reaped"), "{names:?}");
+                for want in ["timeout", "signalled", "leader-exited", "tree-empty"] {
+                    assert!(names.contains(&want), "missing {want}: {names:?}");
+                }
+                assert!(events.iter().all(|e| e["t_ms"].is_u64()));
+                t.assert_all_dead("events");
+            }
+        }
+    };
+}
+
+backend_tests!(cgroup, "cgroup");
+backend_tests!(subreaper, "subreaper");
+
+#[test]
+fn command_not_found_is_127_and_not_executable_is_126() {
+    let out = run_reaper(["run", "--", "/nonexistent/program"]);
+    assert_eq!(code(&out), 127);
+    assert_eq!(
+        stderr(&out).trim(),
+        "reaper: cannot run '/nonexistent/program': command not found"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plain = dir.path().join("not-executable");
+    std::fs::write(&plain, "echo hi\n").unwrap();
+    let out = run_reaper([
+        std::ffi::OsStr::new("run"),
+        "--".as_ref(),
+        plain.as_os_str(),
+    ]);
+    assert_eq!(code(&out), 126);
+    let want = format!(
+        "reaper: cannot run '{}': Permission denied",
+        plain.display()
+    );
+    assert!(stderr(&out).starts_with(&want), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_are_125_with_a_reason() {
+    let out = run_reaper(["run", "--timeout", "soon", "--", "true"]);
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains("invalid duration 'soon'"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_reaper(["run", "--signal", "NOPE", "--", "true"]);
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains("invalid signal 'NOPE'"),
+        "{}",
+        stderr(&out)
+    );
+    let out = run_reaper(["run"]);
+    assert_eq!(code(&out), 125);
+}
+
+#[test]
+fn stdin_stdout_env_and_cwd_pass_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = reaper()
+        .args([
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "read line; echo \"$line|$REAPER_TEST_VAR|$(pwd)\"",
+        ])
+        .env("REAPER_TEST_VAR", "v1")
+        .current_dir(dir.path())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("hello|v1|{}", dir.path().canonicalize().unwrap().display())
+    );
+}
+
+/// Negative control (the test's survivor check can fail): the same setsid escapee, killed the
+/// way other tools do it — SIGKILL to the leader's process group — is reported as a survivor.
+#[test]
+fn negative_control_process_group_kill_misses_the_setsid_escapee() {
+    let t = Tree::new();
+    let argv = t.fixture(&["setsid-grandchild"]);
+    let mut child = std::process::Command::new(&argv[0]);
+    std::os::unix::process::CommandExt::process_group(child.args(&argv[1..]), 0);
+    let mut child = child.stdin(Stdio::null()).spawn().unwrap();
+    t.wait_ready(Duration::from_secs(10));
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
+    let _ = child.wait();
+    std::thread::sleep(Duration::from_millis(200));
+    let survivors = t.survivors();
+    assert!(!t.all_dead(), "the oracle must see the escapee");
+    assert_eq!(
+        survivors.len(),
+        1,
+        "exactly the setsid grandchild survives a killpg: {survivors:?}"
+    );
+    assert!(survivors[0].starts_with("grandchild"), "{survivors:?}");
+    t.kill_leftovers();
+    t.assert_all_dead("cleanup after the negative control");
+}
+
+/// A reaper that died without teardown leaves a run cgroup and its tree behind; the next reaper
+/// removes them because the owner is provably gone (pid and start time), and touches nothing
+/// else.
+#[test]
+fn stale_cgroups_of_a_dead_reaper_are_swept() {
+    if !cgroup_usable() {
+        eprintln!("skipped: the cgroup backend is not usable here");
+        return;
+    }
+    let t = Tree::new();
+    let mount = cgroup2_mount().unwrap();
+    // Named like a run cgroup of reaper pid 999999999 (above any pid_max): its owner is gone.
+    let stale = mount.join(format!("reaper-999999999-{}-0", std::process::id()));
+    // A decoy whose name is not reaper's run-cgroup pattern must survive the sweep.
+    let decoy = mount.join(format!("reaper-test-decoy-{}", std::process::id()));
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::create_dir(&decoy).unwrap();
+    let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", stale.display());
+    let mut argv = vec!["sh".to_string(), "-c".into(), join, "sh".into()];
+    argv.extend(t.fixture(&["setsid-grandchild", "--leader-exits"]));
+    let st = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    t.wait_ready(Duration::from_secs(10));
+    assert!(
+        !t.survivors().is_empty(),
+        "the orphaned tree lives on in the stale cgroup"
+    );
+
+    let out = run_reaper(["run", "--containment", "cgroup", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    t.assert_all_dead("stale sweep");
+    assert!(
+        !stale.exists(),
+        "stale cgroup {} not removed",
+        stale.display()
+    );
+    assert!(
+        decoy.exists(),
+        "the sweep touched a cgroup that is not reaper's"
+    );
+    std::fs::remove_dir(&decoy).unwrap();
+}
+
+#[test]
+fn cgroup_parent_places_the_run_cgroup() {
+    if !cgroup_usable() {
+        eprintln!("skipped: the cgroup backend is not usable here");
+        return;
+    }
+    let mount = cgroup2_mount().unwrap();
+    let parent = mount.join(format!("reaper-test-parent-{}", std::process::id()));
+    std::fs::create_dir(&parent).unwrap();
+    let t = Tree::new();
+    let out = reaper()
+        .args(["run", "--containment", "cgroup", "--report"])
+        .arg(t.report())
+        .args(["--", "sh", "-c", "cat /proc/self/cgroup"])
+        .env("REAPER_CGROUP_PARENT", &parent)
+        .output()
+        .unwrap();
+    let rep = read_report(&t.report());
+    std::fs::remove_dir(&parent).unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let cg = rep["cgroup"].as_str().unwrap();
+    assert!(cg.starts_with(parent.to_str().unwrap()), "{cg}");
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(&format!(
+            "0::/reaper-test-parent-{}/reaper-",
+            std::process::id()
+        )),
+        "{shown}"
+    );
+
+    let out = run_reaper([
+        "run",
+        "--containment",
+        "cgroup",
+        "--cgroup-parent",
+        "/no/such/parent",
+        "--",
+        "true",
+    ]);
+    assert_eq!(code(&out), 125);
+    assert!(
+        stderr(&out).contains("is not a cgroup under the cgroup2 mount"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn auto_falls_back_to_subreaper_with_one_warning() {
+    // A cgroup parent that cannot be used forces the fallback.
+    let t = Tree::new();
+    let out = reaper()
+        .args(["run", "--report"])
+        .arg(t.report())
+        .args(["--cgroup-parent", "/no/such/parent", "--"])
+        .args(t.fixture(&["setsid-grandchild", "--leader-exits"]))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let err = stderr(&out);
+    let warnings: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("reaper: warning:"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("subreaper") && warnings[0].contains("reaper doctor"),
+        "{err}"
+    );
+    assert_eq!(read_report(&t.report())["backend"], "subreaper");
+    t.assert_all_dead("fallback");
+}
+
+#[test]
+fn doctor_reports_the_backend_auto_picks() {
+    let out = run_reaper(["doctor", "--json"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for key in [
+        "kernel",
+        "cgroup_mode",
+        "cgroup2_mount",
+        "own_cgroup",
+        "cgroup_writable",
+        "pidfd",
+        "subreaper",
+        "auto_backend",
+        "why",
+    ] {
+        assert!(v.get(key).is_some(), "doctor --json lacks {key}: {v}");
+    }
+    assert!(["cgroup", "subreaper"].contains(&v["auto_backend"].as_str().unwrap()));
+    let human = run_reaper(["doctor"]);
+    assert!(String::from_utf8_lossy(&human.stdout).contains("auto backend"));
+}

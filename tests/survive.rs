@@ -1,0 +1,213 @@
+//! Nothing outlives reaper: its parent's death, its stdin's EOF, and its own SIGKILL (alone or
+//! with its whole process group) all end the run's tree.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use rustix::process::Signal;
+
+/// The guardian of reaper `pid`, found by its command line (`reaper guardian PID START`).
+fn guardian_of(pid: u32) -> Option<(i32, u64)> {
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+        if args.len() >= 3 && args[1] == b"guardian" && args[2] == pid.to_string().as_bytes() {
+            return stat(p).map(|(_, st)| (p, st));
+        }
+    }
+    None
+}
+
+fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+#[test]
+fn parent_sigkilled_with_die_with_parent_ends_the_tree_despite_a_long_grace() {
+    let t = Tree::new();
+    // `; :` keeps the shell as reaper's parent instead of exec'ing it.
+    let mut reaper_cmd = vec![
+        env!("CARGO_BIN_EXE_reaper").to_string(),
+        "run".into(),
+        "--die-with-parent".into(),
+        "--grace".into(),
+        "30s".into(),
+        "--".into(),
+    ];
+    reaper_cmd.extend(t.fixture(&["tree", "20", "--setsid-every", "3"]));
+    let quoted: Vec<String> = reaper_cmd.iter().map(|a| format!("'{a}'")).collect();
+    let mut parent = Command::new("sh")
+        .args(["-c", &format!("{}; :", quoted.join(" "))])
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    t.wait_ready(Duration::from_secs(10));
+    signal_child(&parent, Signal::KILL);
+    let _ = parent.wait();
+    // The 30 s grace is capped on parent death: the tree goes well before it would end.
+    assert!(
+        wait_until(Duration::from_secs(5), || t.all_dead()),
+        "survivors: {:?}",
+        t.survivors()
+    );
+    t.assert_all_dead("parent death");
+}
+
+#[test]
+fn sigkill_to_reapers_process_group_still_kills_the_tree() {
+    if !cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    let t = Tree::new();
+    let mut cmd = reaper();
+    cmd.args(["run", "--events", "--grace", "30s", "--"])
+        .args(t.fixture(&["setsid-grandchild"]));
+    cmd.process_group(0)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    t.wait_ready(Duration::from_secs(10));
+    let mut first = String::new();
+    {
+        let mut err = child.stderr.take().unwrap();
+        let mut byte = [0u8; 1];
+        while err.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+            first.push(byte[0] as char);
+        }
+    }
+    let spawned: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
+    let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
+    // What an MCP client does to its stdio server: SIGKILL the whole process group.
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
+    let _ = child.wait();
+    assert!(
+        wait_until(Duration::from_secs(5), || t.all_dead()),
+        "survivors: {:?}",
+        t.survivors()
+    );
+    t.assert_all_dead("reaper's group SIGKILLed");
+    assert!(
+        wait_until(Duration::from_secs(5), || !cgroup.exists()),
+        "cgroup {} left behind",
+        cgroup.display()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(gpid, gstart)),
+        "the guardian outlived the run"
+    );
+}
+
+#[test]
+fn the_guardian_exits_with_a_normal_run_and_is_in_the_report() {
+    if !cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    let t = Tree::new();
+    let out = reaper()
+        .args(["run", "--report"])
+        .arg(t.report())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0);
+    let rep = read_report(&t.report());
+    let gpid = rep["guardian_pid"].as_i64().expect("guardian in report") as i32;
+    assert!(
+        wait_until(
+            Duration::from_secs(5),
+            || !matches!(state(gpid), Some(s) if s != 'Z')
+        ),
+        "guardian still running"
+    );
+    let out = reaper()
+        .args(["run", "--no-guardian", "--report"])
+        .arg(t.report())
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0);
+    assert!(read_report(&t.report())["guardian_pid"].is_null());
+}
+
+#[test]
+fn on_stdin_eof_relays_binary_data_and_lets_a_well_behaved_child_exit() {
+    let mut child = reaper()
+        .args(["run", "--on-stdin-eof", "1s", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 256) as u8).collect();
+    let mut stdin = child.stdin.take().unwrap();
+    let payload = data.clone();
+    // Write on a thread: back-pressure means cat's output must be read meanwhile.
+    let writer = std::thread::spawn(move || {
+        stdin.write_all(&payload).unwrap();
+    });
+    let out = child.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "cat exits by itself on EOF with its own status"
+    );
+    assert!(
+        out.stdout == data,
+        "relay is not byte-exact ({} of {} bytes)",
+        out.stdout.len(),
+        data.len()
+    );
+}
+
+#[test]
+fn on_stdin_eof_stops_a_child_that_ignores_eof() {
+    let t = Tree::new();
+    let start = Instant::now();
+    let out = reaper()
+        .args([
+            "run",
+            "--on-stdin-eof",
+            "1s",
+            "--grace",
+            "200ms",
+            "--report",
+        ])
+        .arg(t.report())
+        .arg("--")
+        .args(t.fixture(&["setsid-grandchild"]))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    assert_eq!(code(&out), 143, "{}", stderr(&out));
+    assert!(
+        took >= Duration::from_secs(1),
+        "stopped before the 1s allowance: {took:?}"
+    );
+    assert_eq!(read_report(&t.report())["stop_reason"], "stdin-eof");
+    assert!(
+        stderr(&out).contains("stdin closed and the command did not exit within 1s"),
+        "{}",
+        stderr(&out)
+    );
+    t.assert_all_dead("stdin eof");
+}
