@@ -3,6 +3,7 @@
 mod cli;
 mod containment;
 mod guardian;
+mod mcp;
 mod run;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,8 @@ enum Cmd {
     Run(cli::run::RunArgs),
     /// Say which containment works on this machine, and why.
     Doctor(cli::doctor::DoctorArgs),
+    /// Serve the MCP tools `codex` and `codex-reply` on stdio, each call contained.
+    Mcp(cli::mcp::McpArgs),
     /// Internal: the guardian that cleans up if reaper PID is killed.
     #[command(hide = true)]
     Guardian { pid: i32, starttime: u64 },
@@ -51,6 +54,7 @@ fn main() -> std::process::ExitCode {
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
+        Cmd::Mcp(a) => cli::mcp::main(a),
         Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),
     };
     std::process::ExitCode::from(code)

@@ -2,6 +2,7 @@
 //! out.
 
 pub mod doctor;
+pub mod mcp;
 pub mod parse;
 pub mod run;
 

@@ -1,0 +1,340 @@
+//! One contained call: codex runs through [`Run`] in containment of its own, its prompt is
+//! written to its stdin (then closed), its stdout is parsed as it streams, and it ends in one
+//! of four ways:
+//!
+//! - codex exits: the call completes on the leader's exit (its pidfd), plus a short drain
+//!   window for output still in the pipes, never on pipe EOF: a descendant left behind can
+//!   hold stdout open forever. Whatever is left is then SIGKILLed, and counted.
+//! - timeout or cancel: SIGINT to every process (codex interrupts its turn and kills its own
+//!   tool process groups), `--grace`, then the whole tree is killed.
+//! - the server shuts down: the same with a grace capped at [`SHUTDOWN_GRACE`], so the server
+//!   is gone within a second.
+//!
+//! In every case the tree is empty and its cgroup removed before the result is built.
+
+use std::os::fd::OwnedFd;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use reaper_platform::{ExitStatus, Signal};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::unix::pipe;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::progress::{Progress, Status};
+use super::result::Ending;
+use super::stream::{EventStream, Tail};
+use crate::run::{ContainOpts, Event, EventSink, Run, StartError, StopReason};
+
+/// After codex exits, how long output still in the pipes is read before leftovers are killed.
+pub const DRAIN_WINDOW: Duration = Duration::from_millis(250);
+/// The grace codex gets after SIGINT when the server itself is going away.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(300);
+/// After the tree is gone, how long the last bytes in the pipes are read.
+const FINAL_READ: Duration = Duration::from_millis(100);
+const READ_CHUNK: usize = 64 << 10;
+
+/// What one call runs.
+pub struct CallSpec {
+    /// Names the call in logs.
+    pub id: u64,
+    pub argv: Vec<String>,
+    pub prompt: String,
+    /// Merged over the server's own environment.
+    pub env: Vec<(String, String)>,
+    /// The wall-clock limit, and the `timeout_seconds` it came from (for the message).
+    pub timeout: Duration,
+    pub timeout_secs: u64,
+    pub grace: Duration,
+    pub contain: ContainOpts,
+}
+
+/// What a call produced.
+pub struct Finished {
+    pub stream: EventStream,
+    pub stderr: Tail,
+    pub ending: Ending,
+    pub survivors: Vec<String>,
+}
+
+/// Why the running phase ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Why {
+    Exited,
+    Timeout,
+    Cancel,
+    Shutdown,
+}
+
+/// A pipe from the child, read until EOF; after EOF or an error it is never ready again.
+struct Source {
+    pipe: Option<pipe::Receiver>,
+    buf: Vec<u8>,
+}
+
+impl Source {
+    fn new(fd: Option<OwnedFd>) -> Self {
+        let pipe = fd.and_then(|fd| match pipe::Receiver::from_owned_fd(fd) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!("cannot read codex's output pipe: {e}");
+                None
+            }
+        });
+        Source {
+            pipe,
+            buf: vec![0; READ_CHUNK],
+        }
+    }
+
+    fn open(&self) -> bool {
+        self.pipe.is_some()
+    }
+
+    /// The next bytes; pends forever once the pipe is done.
+    async fn read(&mut self) -> &[u8] {
+        let n = match self.pipe.as_mut() {
+            Some(p) => p.read(&mut self.buf).await,
+            None => std::future::pending().await,
+        };
+        match n {
+            Ok(n) if n > 0 => &self.buf[..n],
+            Ok(_) => {
+                self.pipe = None;
+                &[]
+            }
+            Err(e) => {
+                tracing::debug!("reading codex's output: {e}");
+                self.pipe = None;
+                &[]
+            }
+        }
+    }
+}
+
+/// Runs one call to its end. `cancel` is the client's cancellation, `shutdown` the server's.
+pub async fn run(
+    spec: CallSpec,
+    cancel: &CancellationToken,
+    shutdown: &CancellationToken,
+    progress: &mut Progress,
+) -> Finished {
+    let mut stream = EventStream::default();
+    let mut stderr = Tail::default();
+    let mut cmd = Command::new(&spec.argv[0]);
+    cmd.args(&spec.argv[1..])
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let id = spec.id;
+    let sink = EventSink::new(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
+    let (mut run, pipes) = match Run::start(cmd, &spec.contain, sink).await {
+        Ok(r) => r,
+        Err(e) => {
+            let ending = match e {
+                StartError::Reaper(m) => {
+                    Ending::NotContained(format!("reaper cannot contain this call: {m}"))
+                }
+                other => Ending::LaunchFailed(format!(
+                    "failed to launch codex binary: {} (check $CODEX_CMD)",
+                    other.message()
+                )),
+            };
+            return Finished {
+                stream,
+                stderr,
+                ending,
+                survivors: Vec::new(),
+            };
+        }
+    };
+    warn_once(run.warning.as_deref());
+    tracing::debug!(
+        call = id,
+        pid = run.leader_pid(),
+        backend = run.backend_kind().as_str(),
+        "codex started"
+    );
+    let started = Instant::now();
+    let writer = tokio::spawn(write_prompt(pipes.stdin.map(OwnedFd::from), spec.prompt));
+    let mut out = Source::new(pipes.stdout.map(OwnedFd::from));
+    let mut err = Source::new(pipes.stderr.map(OwnedFd::from));
+
+    let deadline = tokio::time::sleep(spec.timeout);
+    tokio::pin!(deadline);
+    let mut tick = (progress.enabled() && !progress.interval.is_zero()).then(|| {
+        let mut t = tokio::time::interval(progress.interval);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        t
+    });
+    let report = |run: &Run, stream: &EventStream, progress: &mut Progress| {
+        progress.publish(Status::Running {
+            elapsed: started.elapsed(),
+            processes: run.members().len(),
+            last: stream.last_item.clone(),
+        });
+    };
+
+    let why = loop {
+        let seen = stream.item_events;
+        tokio::select! {
+            _ = run.wait_leader() => break Why::Exited,
+            _ = &mut deadline => break Why::Timeout,
+            _ = cancel.cancelled() => break Why::Cancel,
+            _ = shutdown.cancelled() => break Why::Shutdown,
+            bytes = out.read() => stream.feed(bytes),
+            bytes = err.read() => stderr.push(bytes),
+            _ = async { match tick.as_mut() {
+                Some(t) => { t.tick().await; }
+                None => std::future::pending().await,
+            } } => report(&run, &stream, progress),
+        }
+        if stream.item_events != seen && progress.item_report_due() {
+            report(&run, &stream, progress);
+        }
+    };
+
+    let reason = match why {
+        Why::Exited => {
+            // Output codex wrote before exiting is still in the pipes; a leftover descendant
+            // may hold them open, so read for a short window only.
+            let window = tokio::time::sleep(DRAIN_WINDOW);
+            tokio::pin!(window);
+            while out.open() || err.open() {
+                tokio::select! {
+                    _ = &mut window => break,
+                    bytes = out.read() => stream.feed(bytes),
+                    bytes = err.read() => stderr.push(bytes),
+                }
+            }
+            let leftovers = run.members().len();
+            if leftovers > 0 {
+                run.stop(Signal::KILL, Duration::ZERO, std::future::pending::<()>())
+                    .await;
+            }
+            StopReason::Exited
+        }
+        Why::Timeout | Why::Cancel | Why::Shutdown => {
+            let (reason, grace) = match why {
+                Why::Timeout => {
+                    run.events().emit(Event::Timeout {
+                        after_ms: spec.timeout.as_millis() as u64,
+                    });
+                    (StopReason::Timeout, spec.grace)
+                }
+                Why::Cancel => {
+                    run.events().emit(Event::CancelRequested);
+                    (StopReason::Cancel, spec.grace)
+                }
+                _ => (StopReason::Signal, spec.grace.min(SHUTDOWN_GRACE)),
+            };
+            // Keep reading while codex winds down: a full pipe would block its last words.
+            let stop = run.stop(Signal::INT, grace, shutdown.cancelled());
+            tokio::pin!(stop);
+            loop {
+                tokio::select! {
+                    _ = &mut stop => break,
+                    bytes = out.read() => stream.feed(bytes),
+                    bytes = err.read() => stderr.push(bytes),
+                }
+            }
+            reason
+        }
+    };
+    // The tree is gone, so every writer is closed: what is left in the pipes comes at once.
+    let last = tokio::time::sleep(FINAL_READ);
+    tokio::pin!(last);
+    while out.open() || err.open() {
+        tokio::select! {
+            _ = &mut last => break,
+            bytes = out.read() => stream.feed(bytes),
+            bytes = err.read() => stderr.push(bytes),
+        }
+    }
+    stream.finish();
+    writer.abort();
+
+    let outcome = run.finish(reason, None).await;
+    let returncode = outcome.leader_status.map(returncode);
+    let ending = match why {
+        Why::Exited => Ending::Exited(returncode.unwrap_or(-1)),
+        Why::Timeout => Ending::TimedOut {
+            secs: spec.timeout_secs,
+            returncode,
+        },
+        Why::Cancel => Ending::Cancelled { returncode },
+        Why::Shutdown => Ending::Shutdown { returncode },
+    };
+    if why == Why::Exited && outcome.killed > 0 {
+        tracing::warn!(
+            call = id,
+            "codex exited and left {} process(es) running; killed them",
+            outcome.killed
+        );
+    } else {
+        tracing::info!(
+            call = id,
+            ?why,
+            killed = outcome.killed,
+            ms = outcome.duration_ms,
+            "call ended"
+        );
+    }
+    if let Some(e) = &outcome.error {
+        tracing::error!(call = id, "{e}");
+    }
+    Finished {
+        stream,
+        stderr,
+        ending,
+        survivors: outcome.survivors,
+    }
+}
+
+/// Python's `returncode`: the exit code, or minus the signal that killed the process.
+pub fn returncode(st: ExitStatus) -> i64 {
+    match st {
+        ExitStatus::Code(c) => i64::from(c),
+        ExitStatus::Signal(s) => -i64::from(s),
+    }
+}
+
+/// Writes the prompt and closes stdin (codex reads stdin to its end before it starts). A codex
+/// that exits without reading gives EPIPE, which is not an error of the call.
+async fn write_prompt(stdin: Option<OwnedFd>, prompt: String) {
+    let Some(fd) = stdin else { return };
+    let mut pipe = match pipe::Sender::from_owned_fd(fd) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("cannot write the prompt to codex's stdin: {e}");
+            return;
+        }
+    };
+    if let Err(e) = pipe.write_all(prompt.as_bytes()).await {
+        tracing::debug!("codex did not read its whole prompt: {e}");
+    }
+    // Dropping `pipe` closes codex's stdin.
+}
+
+/// The containment fallback warning, once per server rather than once per call.
+fn warn_once(warning: Option<&str>) {
+    static WARNED: std::sync::Once = std::sync::Once::new();
+    if let Some(w) = warning {
+        WARNED.call_once(|| tracing::warn!("{w}"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn returncodes_are_pythons() {
+        assert_eq!(returncode(ExitStatus::Code(0)), 0);
+        assert_eq!(returncode(ExitStatus::Code(3)), 3);
+        assert_eq!(returncode(ExitStatus::Signal(9)), -9);
+        assert_eq!(returncode(ExitStatus::Signal(2)), -2);
+    }
+}

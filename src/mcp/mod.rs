@@ -1,0 +1,22 @@
+//! `reaper mcp`: a stdio MCP server with the tools `codex` and `codex-reply`, a drop-in for
+//! `codex-cli-mcp-slim` 0.1.x (and the removed `codex mcp-server`), every call contained.
+//!
+//! | module     | concern                                                              |
+//! |------------|----------------------------------------------------------------------|
+//! | `params`   | tool arguments, checked from raw JSON, the contract's messages       |
+//! | `argv`     | codex's argv; the server's own flags and the once-only ones          |
+//! | `stream`   | the `codex exec --json` event stream, folded as it arrives, bounded  |
+//! | `result`   | result text, `isError`, `structuredContent`                          |
+//! | `call`     | one call through [`crate::run::Run`]: spawn, stream, timeout, cancel |
+//! | `progress` | `notifications/progress` that never hold a call up                  |
+//! | `server`   | the rmcp handler: tools/list, tools/call, concurrency slots          |
+//! | `py`       | the Python text forms the contract's messages use                    |
+
+pub mod argv;
+pub mod call;
+pub mod params;
+pub mod progress;
+pub mod py;
+pub mod result;
+pub mod server;
+pub mod stream;

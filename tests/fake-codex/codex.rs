@@ -1,0 +1,291 @@
+//! `fake-codex`: a stand-in for `codex exec --json` in the `reaper mcp` tests.
+//!
+//! Like codex, it reads its prompt from stdin to EOF before it does anything. The prompt is a
+//! script, one directive a line, run in order:
+//!
+//! | directive            | what it does                                                     |
+//! |----------------------|------------------------------------------------------------------|
+//! | `thread [ID]`        | `thread.started` (ID defaults to the `resume` id, else `fake-thread`) |
+//! | `say TEXT`           | an `agent_message` item with TEXT (`\n` in TEXT is a newline)    |
+//! | `argv`               | an `agent_message` whose text is argv as a JSON array            |
+//! | `env NAME`           | an `agent_message` with `$NAME` (or `<unset>`)                   |
+//! | `cwd`                | an `agent_message` with the working directory                    |
+//! | `prompt`             | an `agent_message` with the whole prompt                         |
+//! | `item TYPE`          | `item.started` then `item.completed` of an item of TYPE          |
+//! | `error MSG`          | an `error` event                                                 |
+//! | `fail MSG`           | a `turn.failed` event                                            |
+//! | `done`               | `turn.completed` with usage 11/2/7                               |
+//! | `raw TEXT`           | TEXT as a line of its own                                        |
+//! | `stderr TEXT`        | TEXT on stderr                                                   |
+//! | `bulk MIB`           | MIB MiB of `item.completed` lines with 64 KiB outputs            |
+//! | `sleep SECS`         | sleeps                                                           |
+//! | `ignore-signals`     | ignores SIGINT, SIGTERM and SIGHUP from now on                   |
+//! | `on-int MSG`         | on SIGINT: prints `turn.failed` MSG and exits 130                |
+//! | `escapee`            | a grandchild in a session of its own, ignoring INT/TERM/HUP,     |
+//! |                      | holding stdout open, sleeping; its parent exits at once          |
+//! | `child`              | a child in codex's own process group that sleeps                 |
+//! | `hang`               | sleeps "forever" (600 s, so a broken test leaks nothing for long) |
+//! | `exit N`             | exits with N (the script's end exits 0)                          |
+//!
+//! `FAKE_CODEX_PIDS=PATH`: every process it starts (itself included) appends
+//! `PID STARTTIME ROLE CGROUP` to PATH (CGROUP from the `0::` line of `/proc/PID/cgroup`), so
+//! tests can check that each one is dead and its cgroup removed.
+
+use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+const FOREVER: Duration = Duration::from_secs(600);
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    match args.get(1).map(String::as_str) {
+        Some("__spawner") => spawner(),
+        Some("__sleeper") => sleep_forever(args.get(2).map(String::as_str).unwrap_or("sleeper")),
+        _ => codex(&args),
+    }
+}
+
+fn codex(args: &[String]) {
+    record("codex");
+    let mut prompt = String::new();
+    if let Err(e) = std::io::stdin().read_to_string(&mut prompt) {
+        eprintln!("fake-codex: cannot read the prompt: {e}");
+        std::process::exit(1);
+    }
+    let resume_id = args
+        .iter()
+        .position(|a| a == "resume")
+        .and_then(|i| args.get(i + 1))
+        .cloned();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    for line in prompt.lines() {
+        let (cmd, rest) = line.split_once(' ').unwrap_or((line, ""));
+        let text = rest.replace("\\n", "\n");
+        match cmd {
+            "thread" => {
+                let id = if rest.is_empty() {
+                    resume_id.clone().unwrap_or_else(|| "fake-thread".into())
+                } else {
+                    rest.to_owned()
+                };
+                emit(
+                    &mut out,
+                    serde_json::json!({"type": "thread.started", "thread_id": id}),
+                );
+            }
+            "say" => message(&mut out, &text),
+            "argv" => message(&mut out, &serde_json::to_string(args).unwrap_or_default()),
+            "env" => message(
+                &mut out,
+                &std::env::var(rest).unwrap_or_else(|_| "<unset>".into()),
+            ),
+            "cwd" => message(
+                &mut out,
+                &std::env::current_dir()
+                    .map(|d| d.display().to_string())
+                    .unwrap_or_default(),
+            ),
+            "prompt" => message(&mut out, &prompt),
+            "item" => {
+                let item = serde_json::json!({"id": "item_1", "type": rest});
+                emit(
+                    &mut out,
+                    serde_json::json!({"type": "item.started", "item": item}),
+                );
+                emit(
+                    &mut out,
+                    serde_json::json!({"type": "item.completed", "item": item}),
+                );
+            }
+            "error" => emit(
+                &mut out,
+                serde_json::json!({"type": "error", "message": text}),
+            ),
+            "fail" => emit(
+                &mut out,
+                serde_json::json!({"type": "turn.failed", "error": {"message": text}}),
+            ),
+            "done" => emit(
+                &mut out,
+                serde_json::json!({"type": "turn.completed", "usage": {
+                    "input_tokens": 11, "cached_input_tokens": 2, "output_tokens": 7}}),
+            ),
+            "raw" => {
+                let _ = writeln!(out, "{text}");
+                let _ = out.flush();
+            }
+            "stderr" => eprintln!("{text}"),
+            "bulk" => bulk(&mut out, rest.parse().unwrap_or(1)),
+            "sleep" => std::thread::sleep(Duration::from_secs_f64(rest.parse().unwrap_or(1.0))),
+            "ignore-signals" => ignore_signals(),
+            "on-int" => on_int(&text),
+            "escapee" => escapee(),
+            "child" => {
+                let spawned = Command::new("/proc/self/exe")
+                    .args(["__sleeper", "child"])
+                    .stdin(Stdio::null())
+                    .spawn();
+                if let Err(e) = spawned {
+                    eprintln!("fake-codex: cannot start a child: {e}");
+                }
+            }
+            "hang" => std::thread::sleep(FOREVER),
+            "exit" => {
+                let _ = out.flush();
+                std::process::exit(rest.parse().unwrap_or(1));
+            }
+            "" => {}
+            other => {
+                eprintln!("fake-codex: unknown directive {other:?}");
+                std::process::exit(2);
+            }
+        }
+    }
+}
+
+fn emit(out: &mut impl Write, event: serde_json::Value) {
+    // A closed stdout (the server went away) ends the fake like it ends codex.
+    if writeln!(out, "{event}").and_then(|()| out.flush()).is_err() {
+        std::process::exit(141);
+    }
+}
+
+fn message(out: &mut impl Write, text: &str) {
+    emit(
+        out,
+        serde_json::json!({"type": "item.completed", "item": {"id": "msg", "type": "agent_message", "text": text}}),
+    );
+}
+
+/// `mib` MiB of event lines, each carrying 64 KiB of command output.
+fn bulk(out: &mut impl Write, mib: usize) {
+    let output = "x".repeat(64 * 1024 - 100);
+    let line = serde_json::json!({"type": "item.completed", "item": {
+        "id": "bulk", "type": "command_execution", "aggregated_output": output}})
+    .to_string();
+    for _ in 0..mib * 16 {
+        if writeln!(out, "{line}").is_err() {
+            std::process::exit(141);
+        }
+    }
+    let _ = out.flush();
+}
+
+fn ignore_signals() {
+    // SAFETY: setting a disposition to SIG_IGN has no preconditions.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGTERM, libc::SIG_IGN);
+        libc::signal(libc::SIGHUP, libc::SIG_IGN);
+    }
+}
+
+static INT_MESSAGE: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+
+extern "C" fn interrupted(_: libc::c_int) {
+    if let Some(msg) = INT_MESSAGE.get() {
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` lives for the program.
+        unsafe {
+            libc::write(1, msg.as_ptr().cast(), msg.len());
+            libc::_exit(130);
+        }
+    }
+}
+
+/// Like codex: SIGINT interrupts the turn, which is reported as failed.
+fn on_int(text: &str) {
+    let event = serde_json::json!({"type": "turn.failed", "error": {"message": text}});
+    let _ = INT_MESSAGE.set(format!("{event}\n").into_bytes());
+    // SAFETY: the handler only calls async-signal-safe functions.
+    unsafe {
+        libc::signal(
+            libc::SIGINT,
+            interrupted as extern "C" fn(libc::c_int) as *const () as libc::sighandler_t,
+        );
+    }
+}
+
+/// Starts the spawner, which starts the escapee and exits; returns once both are recorded.
+fn escapee() {
+    let status = Command::new("/proc/self/exe")
+        .arg("__spawner")
+        .stdin(Stdio::null())
+        .status();
+    if !matches!(status, Ok(s) if s.success()) {
+        eprintln!("fake-codex: the escapee was not started: {status:?}");
+        std::process::exit(1);
+    }
+}
+
+/// The escapee's parent: starts it in a session of its own, records it, and exits, so the
+/// escapee is orphaned.
+fn spawner() {
+    record("spawner");
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.args(["__sleeper", "escapee"]).stdin(Stdio::null());
+    // SAFETY: setsid(2) and signal(2) are async-signal-safe and allocation-free. Ignored
+    // dispositions survive exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGTERM, libc::SIG_IGN);
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    match cmd.spawn() {
+        Ok(child) => record_pid(child.id() as i32, "escapee"),
+        Err(e) => {
+            eprintln!("fake-codex: cannot start the escapee: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn sleep_forever(role: &str) {
+    if role != "escapee" {
+        record(role);
+    }
+    std::thread::sleep(FOREVER);
+}
+
+fn record(role: &str) {
+    record_pid(std::process::id() as i32, role);
+}
+
+/// Appends `PID STARTTIME ROLE CGROUP` to `$FAKE_CODEX_PIDS` with one `write(2)` (O_APPEND).
+fn record_pid(pid: i32, role: &str) {
+    let Ok(path) = std::env::var("FAKE_CODEX_PIDS") else {
+        return;
+    };
+    let start = starttime(pid).unwrap_or(0);
+    let cgroup = std::fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("0::").map(str::to_owned))
+        })
+        .unwrap_or_else(|| "-".into());
+    let line = format!("{pid} {start} {role} {cgroup}\n");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path);
+    match file {
+        Ok(mut f) => {
+            let _ = f.write_all(line.as_bytes());
+        }
+        Err(e) => eprintln!("fake-codex: cannot record to {path}: {e}"),
+    }
+}
+
+/// Field 22 of `/proc/PID/stat`.
+fn starttime(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(19)?.parse().ok()
+}
