@@ -151,12 +151,7 @@ pub async fn run(
         }
     };
     warn_once(run.warning.as_deref());
-    tracing::debug!(
-        call = id,
-        pid = run.leader_pid(),
-        backend = run.backend_kind().as_str(),
-        "codex started"
-    );
+    tracing::debug!(call = id, pid = run.leader_pid(), "codex started");
     let started = Instant::now();
     let writer = tokio::spawn(write_prompt(pipes.stdin.map(OwnedFd::from), spec.prompt));
     let mut out = Source::new(pipes.stdout.map(OwnedFd::from));
