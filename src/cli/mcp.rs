@@ -19,6 +19,7 @@ use crate::mcp::server::{CodexServer, Config};
 
 /// The default `timeout_seconds` of a call, when neither flag nor environment set one.
 const DEFAULT_TIMEOUT: u64 = 1800;
+const DEFAULT_PROGRESS_INTERVAL: Duration = Duration::from_secs(15);
 /// From the shutdown request to the exit: the calls' trees are killed within it.
 const SHUTDOWN_WAIT: Duration = Duration::from_millis(900);
 
@@ -39,9 +40,10 @@ pub struct McpArgs {
     pub grace: Duration,
 
     /// How often a running call sends a progress notification, when the client asked for
-    /// them (0: only when codex starts or finishes an item).
-    #[arg(long, value_parser = parse::duration, default_value = "15s", env = "REAPER_PROGRESS_INTERVAL", value_name = "DUR")]
-    pub progress_interval: Duration,
+    /// them (0: only when codex starts or finishes an item) [env: REAPER_PROGRESS_INTERVAL;
+    /// default 15s].
+    #[arg(long, value_parser = parse::duration, value_name = "DUR")]
+    pub progress_interval: Option<Duration>,
 
     /// How many calls run at once; more wait for a free slot (and say `queued` in progress).
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024), value_name = "N")]
@@ -96,9 +98,24 @@ fn default_timeout(
     Ok(DEFAULT_TIMEOUT)
 }
 
+/// `--progress-interval`, else `REAPER_PROGRESS_INTERVAL` (empty counts as unset), else 15 s.
+fn progress_interval(
+    flag: Option<Duration>,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Duration, String> {
+    if let Some(d) = flag {
+        return Ok(d);
+    }
+    match env("REAPER_PROGRESS_INTERVAL").filter(|v| !v.is_empty()) {
+        Some(v) => parse::duration(&v).map_err(|e| format!("REAPER_PROGRESS_INTERVAL: {e}")),
+        None => Ok(DEFAULT_PROGRESS_INTERVAL),
+    }
+}
+
 fn config(args: McpArgs) -> Result<Config, String> {
     let env = |k: &str| std::env::var(k).ok();
     let default_timeout = default_timeout(args.timeout.as_deref(), env)?;
+    let progress_interval = progress_interval(args.progress_interval, env)?;
     let codex_cmd = env("CODEX_CMD")
         .filter(|c| !c.is_empty())
         .unwrap_or_else(|| "codex".into());
@@ -108,7 +125,7 @@ fn config(args: McpArgs) -> Result<Config, String> {
         default_timeout,
         timeout_unit: args.test_timeout_unit,
         grace: args.grace,
-        progress_interval: args.progress_interval,
+        progress_interval,
         max_concurrent: args.max_concurrent as usize,
         contain: args.contain.opts(&args.guard),
     })
@@ -283,6 +300,28 @@ mod tests {
             ),
             Ok(3600)
         );
+    }
+
+    #[test]
+    fn progress_interval_sources() {
+        let secs = Duration::from_secs;
+        assert_eq!(progress_interval(None, env_of(&[])), Ok(secs(15)));
+        assert_eq!(
+            progress_interval(None, env_of(&[("REAPER_PROGRESS_INTERVAL", "")])),
+            Ok(secs(15))
+        );
+        assert_eq!(
+            progress_interval(None, env_of(&[("REAPER_PROGRESS_INTERVAL", "2s")])),
+            Ok(secs(2))
+        );
+        assert_eq!(
+            progress_interval(Some(secs(1)), env_of(&[("REAPER_PROGRESS_INTERVAL", "x")])),
+            Ok(secs(1))
+        );
+        let e = progress_interval(None, env_of(&[("REAPER_PROGRESS_INTERVAL", "soon")]));
+        assert!(e
+            .unwrap_err()
+            .starts_with("REAPER_PROGRESS_INTERVAL: invalid duration 'soon'"));
     }
 
     #[test]
