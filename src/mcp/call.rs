@@ -225,8 +225,16 @@ pub async fn run(
                 }
                 _ => (StopReason::Signal, spec.grace.min(SHUTDOWN_GRACE)),
             };
+            // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
+            // shutdown's own (short) grace is not cut.
+            let cut_short = async {
+                if why == Why::Shutdown {
+                    std::future::pending::<()>().await;
+                }
+                shutdown.cancelled().await;
+            };
             // Keep reading while codex winds down: a full pipe would block its last words.
-            let stop = run.stop(Signal::INT, grace, shutdown.cancelled());
+            let stop = run.stop(Signal::INT, grace, cut_short);
             tokio::pin!(stop);
             loop {
                 tokio::select! {
