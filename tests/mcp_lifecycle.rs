@@ -96,19 +96,19 @@ async fn timeout_kills_the_whole_tree() {
 }
 
 /// codex is stopped with SIGINT first: a codex that handles it ends its turn within the grace,
-/// and its last words are in the result.
+/// and its last words are in the result. The default timeout comes from the environment.
 #[tokio::test]
 async fn timeout_interrupts_codex_with_sigint_first() {
     let s = start(Options {
         args: &["--test-timeout-unit", "20ms", "--grace", "5s"],
-        env: &[],
+        env: &[("CODEX_CLI_MCP_SLIM_TIMEOUT", "31")],
     })
     .await;
     let t0 = Instant::now();
     let r = s
         .call(
             "codex",
-            json!({"prompt": "thread T1\non-int turn interrupted\nhang", "timeout_seconds": 30}),
+            json!({"prompt": "thread T1\non-int turn interrupted\nhang"}),
         )
         .await;
     // Well before the 5 s grace ran out.
@@ -119,7 +119,7 @@ async fn timeout_interrupts_codex_with_sigint_first() {
     );
     let t = text(&r);
     assert!(
-        t.starts_with("[ERROR] timeout after 30s\n\nreturncode=130\n\nerrors:\nturn interrupted\n\n[codex] thread_id=T1 status=failed"),
+        t.starts_with("[ERROR] timeout after 31s\n\nreturncode=130\n\nerrors:\nturn interrupted\n\n[codex] thread_id=T1 status=failed"),
         "{t}"
     );
     assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;

@@ -208,7 +208,19 @@ impl ServerHandler for CodexServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        Ok(self.call(request, context).await.into())
+        // A call runs as a task of its own, so that a bug in reaper that panics answers the
+        // client with an error instead of leaving it waiting forever.
+        let server = self.clone();
+        let result = match tokio::spawn(async move { server.call(request, context).await }).await {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::error!("a call failed inside reaper: {e}");
+                error_result(&format!(
+                    "reaper mcp failed internally ({e}); please report this with the server's log"
+                ))
+            }
+        };
+        Ok(result.into())
     }
 }
 
