@@ -128,6 +128,9 @@ impl CodexServer {
             }
             .into_result()
         };
+        if inner.shutdown.is_cancelled() {
+            return ending_before_start(Ending::Shutdown { returncode: None });
+        }
         let permit = match inner.slots.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
