@@ -31,12 +31,15 @@ impl Ending {
         *self == Ending::Exited(0)
     }
 
+    /// The `returncode=` line: absent when codex never ran, `None` (as Python prints it) when
+    /// it ran but its status is unknown.
     fn returncode(&self) -> Option<Option<i64>> {
         match self {
             Ending::Exited(c) => Some(Some(*c)),
-            Ending::TimedOut { returncode, .. }
-            | Ending::Cancelled { returncode }
-            | Ending::Shutdown { returncode } => Some(*returncode),
+            Ending::TimedOut { returncode, .. } => Some(*returncode),
+            Ending::Cancelled { returncode } | Ending::Shutdown { returncode } => {
+                returncode.map(Some)
+            }
             Ending::LaunchFailed(_) | Ending::NotContained(_) => None,
         }
     }
