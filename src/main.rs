@@ -24,6 +24,8 @@ struct Cli {
 enum Cmd {
     /// Run CMD contained: on timeout, signal, or the leader's exit, the whole tree dies.
     Run(cli::run::RunArgs),
+    /// Run CMD contained and report every process that outlived it (exit 1 on a leak).
+    Check(cli::check::CheckArgs),
     /// Say which containment works on this machine, and why.
     Doctor(cli::doctor::DoctorArgs),
     /// Serve the MCP tools `codex` and `codex-reply` on stdio, each call contained.
@@ -53,6 +55,7 @@ fn main() -> std::process::ExitCode {
     };
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
+        Cmd::Check(a) => cli::check::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),
         Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),

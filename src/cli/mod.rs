@@ -1,6 +1,7 @@
 //! The command-line faces: flags in, a run spec to the run layer, an exit status and a report
 //! out.
 
+pub mod check;
 pub mod doctor;
 pub mod mcp;
 pub mod parse;

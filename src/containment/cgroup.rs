@@ -46,6 +46,38 @@ impl CgroupBackend {
         &self.cgroup
     }
 
+    /// Hands the processes over to the user, still running, in a new cgroup named out of
+    /// reaper's run-cgroup scheme (`reaper-kept-…`) so no stale-cgroup sweep kills them.
+    /// cgroup v2 cannot rename a cgroup (EPERM), so they are moved; a fork racing the move is
+    /// caught by the next pass.
+    pub fn keep(&mut self) -> Result<std::path::PathBuf, String> {
+        let parent = self
+            .cgroup
+            .path()
+            .parent()
+            .ok_or("run cgroup has no parent")?
+            .to_owned();
+        let name = format!(
+            "reaper-kept-{}",
+            self.cgroup.name().trim_start_matches("reaper-")
+        );
+        let kept = Cgroup::create(&parent, &name).map_err(|e| e.to_string())?;
+        for _ in 0..MOVE_PASSES {
+            let members = self.members();
+            if members.is_empty() {
+                break;
+            }
+            for m in members {
+                if let Some(pid) = reaper_platform::Pid::from_raw(m.pid) {
+                    // ESRCH: it exited meanwhile; nothing to keep.
+                    let _ = kept.add_process(pid);
+                }
+            }
+        }
+        self.release()?;
+        Ok(kept.path().to_owned())
+    }
+
     /// Whether `pid` is (still) in this run's cgroup tree.
     fn owns(&self, pid: i32) -> bool {
         procfs::cgroup(pid).is_some_and(|p| {
@@ -181,6 +213,9 @@ impl Containment for CgroupBackend {
         }
     }
 }
+
+/// Passes over the run's members when moving them to a kept cgroup.
+const MOVE_PASSES: usize = 16;
 
 /// Only when inotify is unavailable (fd limits): how often to re-read `cgroup.events`.
 const POLL_WITHOUT_INOTIFY: std::time::Duration = std::time::Duration::from_millis(5);

@@ -163,11 +163,7 @@ impl Leader {
         self.status = st;
         self.gone = true;
         self.at = Some(Instant::now());
-        let (code, sig) = match st {
-            Some(ExitStatus::Code(c)) => (Some(c), None),
-            Some(ExitStatus::Signal(s)) => (None, Some(outcome::signal_name(s))),
-            None => (None, None),
-        };
+        let (code, sig) = outcome::status_parts(st);
         self.sink.emit(Event::LeaderExited { code, signal: sig });
         st
     }
@@ -303,8 +299,17 @@ impl Run {
         self.leader.pidfd.raw_pid()
     }
 
-    pub fn backend(&self) -> &Backend {
-        &self.backend
+    pub fn backend_kind(&self) -> containment::BackendKind {
+        self.backend.kind()
+    }
+
+    pub fn cgroup_path(&self) -> Option<String> {
+        self.backend.cgroup_path().map(|p| p.display().to_string())
+    }
+
+    /// The leader's exit code or signal name, once it has been reaped.
+    pub fn leader_status_parts(&self) -> (Option<i32>, Option<String>) {
+        outcome::status_parts(self.leader.status)
     }
 
     pub fn events(&self) -> &EventSink {
@@ -412,6 +417,22 @@ impl Run {
 
     fn record(&mut self, ms: &[Member]) {
         self.stopped.extend(ms.iter().map(|m| (m.pid, m.starttime)));
+    }
+
+    /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
+    /// Returns where it lives: the cgroup, renamed so no sweep takes it, or `None` for the
+    /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
+    pub fn keep(mut self) -> Result<Option<PathBuf>, String> {
+        let old = self.backend.cgroup_path().map(ToOwned::to_owned);
+        let kept = match &mut self.backend {
+            Backend::Cgroup(b) => Some(b.keep()?),
+            Backend::Subreaper(_) => None,
+        };
+        if let (Some(g), Some(p)) = (&self.guardian, old) {
+            g.forget(&p);
+        }
+        reap::unregister_leader(self.leader.pidfd.pid());
+        Ok(kept)
     }
 
     /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.

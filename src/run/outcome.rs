@@ -60,14 +60,16 @@ pub struct Outcome {
 impl Outcome {
     pub fn set_leader_status(&mut self, st: Option<ExitStatus>) {
         self.leader_status = st;
-        self.exit_code = match st {
-            Some(ExitStatus::Code(c)) => Some(c),
-            _ => None,
-        };
-        self.signal = match st {
-            Some(ExitStatus::Signal(s)) => Some(signal_name(s)),
-            _ => None,
-        };
+        (self.exit_code, self.signal) = status_parts(st);
+    }
+}
+
+/// A status as (exit code, signal name), for reports.
+pub fn status_parts(st: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
+    match st {
+        Some(ExitStatus::Code(c)) => (Some(c), None),
+        Some(ExitStatus::Signal(s)) => (None, Some(signal_name(s))),
+        None => (None, None),
     }
 }
 

@@ -128,6 +128,14 @@ impl Cgroup {
         all
     }
 
+    /// Gives the cgroup a new name in the same parent.
+    pub fn rename(&mut self, name: &str) -> cgroupfs::Result<()> {
+        let to = self.path.with_file_name(name);
+        cgroupfs::rename(&self.path, &to)?;
+        self.path = to;
+        Ok(())
+    }
+
     /// `rmdir` the cgroup. Already gone counts as removed. EBUSY means it is still populated
     /// or has children.
     pub fn remove(&self) -> cgroupfs::Result<()> {

@@ -1,0 +1,440 @@
+//! `reaper check`: run CMD contained, optionally interrupt it the way the real world does, and
+//! report every process that outlived it. A regression harness for leaked-process bugs.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use reaper_platform::linux::{procfs, signal};
+use reaper_platform::{Pid, Signal};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::parse;
+use super::run::{ContainArgs, GuardArgs};
+use crate::run::{EventSink, Outcome, Run, StopReason};
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Send the interrupt signal to CMD this long after it started (if it is still running).
+    #[arg(long, value_parser = parse::duration, value_name = "DUR")]
+    pub interrupt_after: Option<Duration>,
+
+    /// The interrupt: INT (Ctrl-C), TERM, HUP, KILL (a crash or an OOM kill)…
+    #[arg(long, value_parser = parse::signal, default_value = "INT", value_name = "SIG")]
+    pub interrupt_signal: Signal,
+
+    /// Send the interrupt to CMD's process group (CMD gets a group of its own), like a
+    /// terminal's Ctrl-C, instead of to CMD alone.
+    #[arg(long)]
+    pub interrupt_group: bool,
+
+    /// Give up on CMD after this long (reported as a timeout, exit 2, not as a leak).
+    #[arg(long, value_parser = parse::duration, value_name = "DUR")]
+    pub timeout: Option<Duration>,
+
+    /// After CMD exited, how long its tree may take to wind down before what is left counts
+    /// as leaked.
+    #[arg(long, value_parser = parse::duration, default_value = "1s", value_name = "DUR")]
+    pub settle: Duration,
+
+    /// Leave the survivors running (and say where they are) instead of killing them.
+    #[arg(long)]
+    pub keep: bool,
+
+    /// Exit 0 when something leaked and 1 when nothing did: pins a known leak in a test.
+    #[arg(long)]
+    pub expect_leak: bool,
+
+    /// Run the whole check N times (races show up on the 7th try, not the 1st).
+    #[arg(long, default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub repeat: u32,
+
+    /// CMD's stdin: `null` (default) or `inherit`.
+    #[arg(long, value_enum, default_value = "null", value_name = "MODE")]
+    pub stdin: StdinMode,
+
+    /// Print the report as JSON on stdout (CMD's own stdout then goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+
+    #[command(flatten)]
+    pub contain: ContainArgs,
+
+    #[command(flatten)]
+    pub guard: GuardArgs,
+
+    /// The command to check, and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StdinMode {
+    Null,
+    Inherit,
+}
+
+/// A process that outlived its leader.
+#[derive(Debug, Clone, Serialize)]
+pub struct Survivor {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    pub state: String,
+    pub exe: Option<String>,
+    pub cmdline: String,
+    pub age_s: f64,
+    /// How it got away from the leader: `leader-group` (still in the leader's process group),
+    /// `own-group`, `own-session`, `reparented` (its parent exited).
+    pub escaped_by: Vec<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Interrupt {
+    pub signal: String,
+    /// `leader` or `group`.
+    pub target: &'static str,
+    pub after_ms: u64,
+    /// Whether it was sent (CMD may have exited before).
+    pub sent: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LeaderEnd {
+    pub pid: i32,
+    pub exit_code: Option<i32>,
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    pub ran_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunReport {
+    /// `clean`, `leaked` or `timeout`.
+    pub result: &'static str,
+    pub backend: &'static str,
+    pub cgroup: Option<String>,
+    pub leader: LeaderEnd,
+    pub interrupt: Option<Interrupt>,
+    pub settle_ms: u64,
+    pub survivors: Vec<Survivor>,
+    /// Whether the survivors were killed afterwards (not with `--keep`).
+    pub killed: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub command: Vec<String>,
+    /// `clean`, `leaked`, `timeout` or `error`.
+    pub result: &'static str,
+    pub runs: Vec<RunReport>,
+    pub leaked_runs: usize,
+    pub error: Option<String>,
+}
+
+pub fn main(args: CheckArgs) -> u8 {
+    let rt = match super::runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("reaper: cannot start the async runtime: {e}");
+            return 2;
+        }
+    };
+    rt.block_on(check(args))
+}
+
+async fn check(args: CheckArgs) -> u8 {
+    let command: Vec<String> = args
+        .command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let mut report = Report {
+        command,
+        result: "clean",
+        runs: Vec::new(),
+        leaked_runs: 0,
+        error: None,
+    };
+    let opts = args.contain.opts(&args.guard);
+    for i in 0..args.repeat {
+        match check_once(&args, &opts).await {
+            Ok(r) => {
+                if !args.json {
+                    print_run(&args, &r, i);
+                }
+                report.runs.push(r);
+            }
+            Err(e) => {
+                report.error = Some(e);
+                break;
+            }
+        }
+    }
+    if let Some(g) = &opts.guardian {
+        g.done();
+    }
+    report.leaked_runs = report.runs.iter().filter(|r| r.result == "leaked").count();
+    report.result = if report.error.is_some() {
+        "error"
+    } else if report.leaked_runs > 0 {
+        "leaked"
+    } else if report.runs.iter().any(|r| r.result == "timeout") {
+        "timeout"
+    } else {
+        "clean"
+    };
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => eprintln!("reaper: {e}"),
+        }
+    }
+    if let Some(e) = &report.error {
+        eprintln!("reaper: check could not run: {e}");
+    } else if args.repeat > 1 {
+        eprintln!("{} of {} runs leaked", report.leaked_runs, args.repeat);
+    }
+    match (report.result, args.expect_leak) {
+        ("error" | "timeout", _) => 2,
+        ("leaked", false) | ("clean", true) => 1,
+        _ => 0,
+    }
+}
+
+async fn check_once(args: &CheckArgs, opts: &crate::run::ContainOpts) -> Result<RunReport, String> {
+    let mut cmd = Command::new(&args.command[0]);
+    cmd.args(&args.command[1..]);
+    cmd.stdin(match args.stdin {
+        StdinMode::Null => Stdio::null(),
+        StdinMode::Inherit => Stdio::inherit(),
+    });
+    if args.json {
+        // stdout carries the report: CMD's output goes to stderr.
+        let err = std::io::stderr();
+        let fd = std::os::fd::AsFd::as_fd(&err)
+            .try_clone_to_owned()
+            .map_err(|e| format!("cannot dup stderr: {e}"))?;
+        cmd.stdout(Stdio::from(fd));
+    }
+    if args.interrupt_group {
+        // A group of CMD's own, so the group signal reaches CMD's tree and not reaper.
+        cmd.process_group(0);
+    }
+    let (mut run, _pipes) = Run::start(cmd, opts, EventSink::none())
+        .await
+        .map_err(|e| e.message().to_owned())?;
+    if let Some(w) = &run.warning {
+        eprintln!("{w}");
+    }
+    let started = Instant::now();
+    let leader_pid = run.leader_pid();
+    let leader_stat = procfs::stat(leader_pid).ok();
+    let (leader_pgid, leader_sid) = leader_stat
+        .map(|s| (s.pgid, s.sid))
+        .unwrap_or((leader_pid, 0));
+    let reaper_pid = rustix::process::getpid().as_raw_nonzero().get();
+
+    let mut interrupt = None;
+    if let Some(after) = args.interrupt_after {
+        let exited = tokio::time::timeout(after, run.wait_leader()).await.is_ok();
+        let target = if args.interrupt_group {
+            "group"
+        } else {
+            "leader"
+        };
+        let sent = !exited
+            && if args.interrupt_group {
+                Pid::from_raw(leader_pgid).is_some_and(|g| {
+                    matches!(
+                        signal::to_process_group(g, args.interrupt_signal),
+                        Ok(signal::Delivery::Sent)
+                    )
+                })
+            } else {
+                run.signal_leader(args.interrupt_signal)
+            };
+        interrupt = Some(Interrupt {
+            signal: signal::name(args.interrupt_signal),
+            target,
+            after_ms: after.as_millis() as u64,
+            sent,
+        });
+    }
+    let timed_out = match args.timeout {
+        Some(t) => tokio::time::timeout_at(started + t, run.wait_leader())
+            .await
+            .is_err(),
+        None => {
+            run.wait_leader().await;
+            false
+        }
+    };
+    let mut survivors = Vec::new();
+    if !timed_out {
+        run.linger(args.settle).await;
+        survivors = run
+            .members()
+            .into_iter()
+            .filter_map(|m| describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid))
+            .collect();
+    }
+    let kill = !(args.keep && !survivors.is_empty());
+    let result = if timed_out {
+        "timeout"
+    } else if survivors.is_empty() {
+        "clean"
+    } else {
+        "leaked"
+    };
+    let backend = run.backend_kind().as_str();
+    let mut cgroup = run.cgroup_path();
+    let leader = if kill {
+        // No grace: the program had its chance to clean up during the settle time.
+        run.stop(Signal::KILL, Duration::ZERO, std::future::pending())
+            .await;
+        let reason = if timed_out {
+            StopReason::Timeout
+        } else {
+            StopReason::Exited
+        };
+        let out: Outcome = run.finish(reason, None).await;
+        if let Some(e) = out.error {
+            return Err(e);
+        }
+        LeaderEnd {
+            pid: leader_pid,
+            exit_code: out.exit_code,
+            signal: out.signal,
+            timed_out,
+            ran_ms: out.leader_ms,
+        }
+    } else {
+        let (exit_code, sig) = run.leader_status_parts();
+        let ran_ms = Some(started.elapsed().as_millis() as u64);
+        cgroup = run.keep()?.map(|p| p.display().to_string());
+        LeaderEnd {
+            pid: leader_pid,
+            exit_code,
+            signal: sig,
+            timed_out,
+            ran_ms,
+        }
+    };
+    Ok(RunReport {
+        result,
+        backend,
+        cgroup,
+        leader,
+        interrupt,
+        settle_ms: args.settle.as_millis() as u64,
+        survivors,
+        killed: kill,
+    })
+}
+
+/// Everything a user needs to find a leaked process and see how it got away.
+fn describe(
+    pid: i32,
+    starttime: u64,
+    leader_pgid: i32,
+    leader_sid: i32,
+    reaper_pid: i32,
+) -> Option<Survivor> {
+    let s = procfs::stat(pid)
+        .ok()
+        .filter(|s| s.starttime == starttime && !s.is_dead())?;
+    let mut escaped_by = Vec::new();
+    if s.sid != leader_sid {
+        escaped_by.push("own-session");
+    } else if s.pgid != leader_pgid {
+        escaped_by.push("own-group");
+    } else {
+        escaped_by.push("leader-group");
+    }
+    // reaper is a child subreaper: an orphan of the tree is reparented to it.
+    if s.ppid == reaper_pid || s.ppid == 1 {
+        escaped_by.push("reparented");
+    }
+    Some(Survivor {
+        pid,
+        ppid: s.ppid,
+        pgid: s.pgid,
+        sid: s.sid,
+        state: s.state.to_string(),
+        exe: procfs::exe(pid).map(|p| p.display().to_string()),
+        cmdline: {
+            let c = procfs::cmdline(pid);
+            if c.is_empty() {
+                format!("[{}]", s.comm)
+            } else {
+                c
+            }
+        },
+        age_s: (procfs::age_secs(starttime).unwrap_or(0.0) * 10.0).round() / 10.0,
+        escaped_by,
+    })
+}
+
+fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
+    let prefix = if args.repeat > 1 {
+        format!("run {}: ", i + 1)
+    } else {
+        String::new()
+    };
+    let settle = parse::show(args.settle);
+    match r.result {
+        "timeout" => eprintln!(
+            "{prefix}timeout: CMD was still running after {}; stopped it (not counted as a leak)",
+            parse::show(args.timeout.unwrap_or_default())
+        ),
+        "clean" => eprintln!("{prefix}clean: nothing survived {settle} after the leader exited"),
+        _ => {
+            eprintln!(
+                "{prefix}leaked: {} process(es) survived {settle} after the leader exited",
+                r.survivors.len()
+            );
+            eprintln!(
+                "  {:>7} {:>7} {:>7} {:>7} {:>2} {:>7}  {:<26} COMMAND",
+                "PID", "PPID", "PGID", "SID", "S", "AGE", "ESCAPED BY"
+            );
+            for s in &r.survivors {
+                eprintln!(
+                    "  {:>7} {:>7} {:>7} {:>7} {:>2} {:>6.1}s  {:<26} {}",
+                    s.pid,
+                    s.ppid,
+                    s.pgid,
+                    s.sid,
+                    s.state,
+                    s.age_s,
+                    s.escaped_by.join(","),
+                    truncate(&s.cmdline, 80)
+                );
+            }
+            if r.killed {
+                eprintln!("  (killed them all)");
+            } else {
+                eprintln!(
+                    "  left running (--keep) in {}",
+                    r.cgroup.as_deref().unwrap_or("reaper's subtree")
+                );
+            }
+        }
+    }
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n - 1).chain(std::iter::once('…')).collect()
+    }
+}
