@@ -315,6 +315,64 @@ async fn excess_calls_queue_and_say_so() {
     assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
 }
 
+/// Without cgroups (the subreaper backend) calls cannot be told apart, so they run one at a
+/// time; leftovers and timeouts are still killed.
+#[tokio::test]
+async fn subreaper_backend_runs_calls_one_at_a_time() {
+    let s = start(Options {
+        args: &[
+            "--containment",
+            "subreaper",
+            "--max-concurrent",
+            "4",
+            "--progress-interval",
+            "0",
+            "--test-timeout-unit",
+            "20ms",
+            "--grace",
+            "200ms",
+        ],
+        env: &[],
+    })
+    .await;
+    let first = s
+        .start_call(
+            "codex",
+            json!({"prompt": "thread T1\nescapee\nignore-signals\nhang", "timeout_seconds": 30}),
+        )
+        .await;
+    s.wait_for_role("escapee").await;
+    let second = s
+        .start_call(
+            "codex",
+            json!({"prompt": "thread T2\nchild\nsay two\ndone"}),
+        )
+        .await;
+    let token = second.progress_token.clone();
+    let r1 = first.await_response().await.expect("first result");
+    let r2 = second.await_response().await.expect("second result");
+    let (ServerResult::CallToolResult(r1), ServerResult::CallToolResult(r2)) = (r1, r2) else {
+        panic!("not tool results");
+    };
+    assert!(
+        text(&r1).starts_with("[ERROR] timeout after 30s"),
+        "{}",
+        text(&r1)
+    );
+    assert_eq!(structured(&r2).expect("structured")["content"], "two");
+    let first_note = lock(&s.progress)
+        .iter()
+        .find(|(_, p)| p.progress_token == token)
+        .and_then(|(_, p)| p.message.clone());
+    assert_eq!(
+        first_note.as_deref(),
+        Some("queued: 1 of 1 calls running, waiting for a free slot")
+    );
+    let procs = s.recorded();
+    assert!(procs.iter().any(|p| p.role == "child"));
+    assert_eq!(survivors(&procs), []);
+}
+
 /// Progress: periodic, rising, naming the last item; none after the result.
 #[tokio::test]
 async fn progress_notifications_rise_and_stop_at_the_result() {

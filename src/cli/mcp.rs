@@ -163,7 +163,7 @@ enum Stop {
     Signal(i32),
 }
 
-async fn serve(cfg: Config) -> u8 {
+async fn serve(mut cfg: Config) -> u8 {
     // Listen before serving, so a signal in between stops calls instead of killing reaper.
     let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
         unix_signal(SignalKind::interrupt()),
@@ -173,6 +173,13 @@ async fn serve(cfg: Config) -> u8 {
         eprintln!("reaper mcp: cannot install signal handlers");
         return 125;
     };
+    if cfg.max_concurrent > 1 && !crate::mcp::call::isolated(&cfg.contain).await {
+        tracing::warn!(
+            "calls run one at a time: without a cgroup per call (subreaper backend), stopping \
+             one call would stop the others; run `reaper doctor` to see why there is no cgroup"
+        );
+        cfg.max_concurrent = 1;
+    }
     if !cfg.flags.args.is_empty() {
         tracing::info!("server-level codex exec flags: {:?}", cfg.flags.args);
     }

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
+use crate::containment::{Backend, Containment};
 use crate::run::{ContainOpts, Event, EventSink, Run, StartError, StopReason};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
@@ -293,6 +294,23 @@ pub async fn run(
         stderr,
         ending,
         survivors: outcome.survivors,
+    }
+}
+
+/// Whether concurrent calls get trees of their own. They do with cgroups; the subreaper
+/// backend contains reaper's whole subtree as one, so under it stopping one call would stop
+/// the others too. Tries the containment the calls will get (a cgroup is made and removed).
+pub async fn isolated(opts: &ContainOpts) -> bool {
+    match crate::run::contain(opts).await {
+        Ok((Backend::Cgroup(mut b), _)) => {
+            if let Err(e) = b.release() {
+                tracing::debug!("removing the probe cgroup: {e}");
+            }
+            true
+        }
+        Ok((Backend::Subreaper(_), _)) => false,
+        // Every call will fail to start, and say why.
+        Err(_) => true,
     }
 }
 
