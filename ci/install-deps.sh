@@ -1,5 +1,38 @@
 #!/usr/bin/env bash
-# Installs what the tests need that a fresh machine lacks. Idempotent; safe to re-run.
+# Installs what the tests need that a fresh machine lacks, into a cache outside the checkout
+# ($REAPER_CI_CACHE, default ~/.cache/reaper-ci). Idempotent: a second run is a no-op.
+#   venv/   the official MCP Python SDK (`mcp`) and pytest, for the interop tests
+#   node/   the official MCP TypeScript SDK (`@modelcontextprotocol/sdk`)
+#   codex/  the real Codex CLI (`@openai/codex`, ~420 MB); optional: tests that need it say
+#           "skipped" when it is missing
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
+mkdir -p "$cache"
+
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+MCP_PY=2.3.0
+PYTEST=8.3.4
+MCP_TS=1.32.2
+CODEX=0.171.0
+
+if ! "$cache/venv/bin/python" -c "import mcp, pytest, importlib.metadata as m; assert m.version('mcp') == '$MCP_PY'" 2>/dev/null; then
+  echo "installing the MCP Python SDK $MCP_PY into $cache/venv"
+  python3 -m venv "$cache/venv"
+  "$cache/venv/bin/pip" install -q "mcp==$MCP_PY" "pytest==$PYTEST"
+fi
+
+if [ ! -f "$cache/node/node_modules/@modelcontextprotocol/sdk/package.json" ] ||
+   ! grep -q "\"version\": \"$MCP_TS\"" "$cache/node/node_modules/@modelcontextprotocol/sdk/package.json"; then
+  echo "installing the MCP TypeScript SDK $MCP_TS into $cache/node"
+  mkdir -p "$cache/node"
+  (cd "$cache/node" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$MCP_TS" >/dev/null)
+fi
+
+if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && [ ! -x "$cache/codex/node_modules/.bin/codex" ]; then
+  echo "installing the Codex CLI $CODEX into $cache/codex (large; REAPER_SKIP_CODEX=1 skips it)"
+  mkdir -p "$cache/codex"
+  (cd "$cache/codex" && npm install --silent --no-audit --no-fund "@openai/codex@$CODEX" >/dev/null) ||
+    echo "warning: could not install @openai/codex; the real-codex tests will be skipped"
+fi

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The project's test command: what the README tells a new user to run and what .ci/run runs.
-# Formatting, lints, the unit and integration tests (both containment backends, hostile
-# fixtures), then the interop tests with real MCP clients when their SDKs are installed.
+# Installs the test dependencies (cached outside the checkout), then formatting, lints, the
+# unit and integration tests (both containment backends, hostile fixtures), the interop tests
+# with real MCP clients, a smoke run of the benchmark, and a final check that nothing was left
+# behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
+
+step "install test dependencies"
+ci/install-deps.sh
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -16,14 +21,13 @@ cargo clippy --workspace --all-targets -- -D warnings
 step "cargo test"
 cargo test --workspace
 
-for extra in ci/interop.sh ci/bench.sh; do
-  if [ -x "$extra" ]; then
-    case "$extra" in
-      *bench.sh) step "$extra --quick"; "$extra" --quick ;;
-      *) step "$extra"; "$extra" ;;
-    esac
-  fi
-done
+step "interop tests with real MCP clients"
+ci/interop.sh
 
-step "no reaper cgroups or fixture processes left behind"
+if [ -x ci/bench.sh ]; then
+  step "ci/bench.sh --quick"
+  ci/bench.sh --quick
+fi
+
+step "nothing left behind"
 ci/leftovers.sh

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Interop tests with real MCP clients: the official Python SDK (pytest) and TypeScript SDK
+# (node's test runner), against `reaper run`-wrapped servers and `reaper mcp`. Also the tests
+# with the real Codex CLI when it is installed. Needs ci/install-deps.sh first.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
+export REAPER_CI_CACHE=$cache
+export NODE_PATH="$cache/node/node_modules"
+if [ -x "$cache/codex/node_modules/.bin/codex" ]; then
+  export REAPER_REAL_CODEX="$cache/codex/node_modules/.bin/codex"
+fi
+
+cargo build --quiet --bins
+
+"$cache/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop
+
+shopt -s nullglob
+js_tests=(tests/interop/*.test.mjs)
+if [ ${#js_tests[@]} -gt 0 ]; then
+  node --test "${js_tests[@]}"
+fi
