@@ -287,7 +287,7 @@ async fn check_once(args: &CheckArgs, opts: &crate::run::ContainOpts) -> Result<
             .filter_map(|m| describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid))
             .collect();
     }
-    let kill = !(args.keep && !survivors.is_empty());
+    let kill = !args.keep || survivors.is_empty();
     let result = if timed_out {
         "timeout"
     } else if survivors.is_empty() {

@@ -123,6 +123,14 @@ impl Containment for CgroupBackend {
             .collect()
     }
 
+    fn is_empty(&self) -> bool {
+        // `populated` covers the whole subtree; a vanished directory holds nobody.
+        match self.cgroup.populated() {
+            Ok(p) => !p,
+            Err(e) => e.is_not_found() || self.members().is_empty(),
+        }
+    }
+
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         let mut reached = Vec::new();
         for m in self.members() {

@@ -57,6 +57,10 @@ pub trait Containment {
     fn prepare(&self, cmd: &mut Command);
     /// Every live (non-zombie) process of the run.
     fn members(&self) -> Vec<Member>;
+    /// Whether no live process is left (cheaper than `members()` where the kernel knows).
+    fn is_empty(&self) -> bool {
+        self.members().is_empty()
+    }
     /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
     fn signal_all(&self, sig: Signal) -> Vec<Member>;
     /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
@@ -100,6 +104,9 @@ impl Containment for Backend {
     }
     fn members(&self) -> Vec<Member> {
         each!(self, b => b.members())
+    }
+    fn is_empty(&self) -> bool {
+        each!(self, b => b.is_empty())
     }
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         each!(self, b => b.signal_all(sig))

@@ -45,11 +45,14 @@ pub enum Event {
     },
 }
 
+/// Receives the milliseconds since the run started, and the event.
+type Listener = Arc<dyn Fn(u64, &Event) + Send + Sync>;
+
 /// Where events go. Cheap to clone; a sink that does nothing is the default.
 #[derive(Clone)]
 pub struct EventSink {
     started: Instant,
-    f: Option<Arc<dyn Fn(u64, &Event) + Send + Sync>>,
+    f: Option<Listener>,
 }
 
 impl EventSink {

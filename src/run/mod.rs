@@ -321,11 +321,6 @@ impl Run {
         self.backend.members()
     }
 
-    /// The leader's status if it has been reaped; reaps it if it has exited.
-    pub fn poll_leader(&mut self) -> Option<ExitStatus> {
-        self.leader.poll()
-    }
-
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
     pub async fn wait_leader(&mut self) -> Option<ExitStatus> {
         self.leader.wait().await
@@ -384,7 +379,7 @@ impl Run {
             Backend::Subreaper(_) => KILL_ROUND,
         };
         loop {
-            if self.backend.members().is_empty() {
+            if self.backend.is_empty() {
                 break;
             }
             let killed = self.backend.kill_all();
@@ -410,7 +405,7 @@ impl Run {
         }
         reap::reap_orphans();
         self.leader.poll();
-        if self.backend.members().is_empty() {
+        if self.backend.is_empty() {
             self.sink.emit(Event::TreeEmpty);
         }
     }
