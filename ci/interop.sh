@@ -16,7 +16,7 @@ cargo build --quiet --bins
 "$cache/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop
 
 shopt -s nullglob
-js_tests=(tests/interop/*.test.mjs)
+js_tests=(tests/interop/*.test.cjs)
 if [ ${#js_tests[@]} -gt 0 ]; then
   node --test "${js_tests[@]}"
 fi
