@@ -47,9 +47,8 @@ pub fn show(d: Duration) -> String {
     } else if ms < 1000 {
         format!("{ms}ms")
     } else {
-        format!("{:.3}s", d.as_secs_f64())
-            .trim_end_matches('0')
-            .to_owned()
+        let secs = format!("{:.3}", d.as_secs_f64());
+        format!("{}s", secs.trim_end_matches('0').trim_end_matches('.'))
     }
 }
 
