@@ -6,6 +6,9 @@
 
 #[cfg(target_os = "linux")]
 pub mod linux;
+#[cfg(target_os = "macos")]
+pub mod macos;
+pub mod tracker;
 
 pub use rustix::process::{Pid, Signal};
 

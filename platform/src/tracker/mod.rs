@@ -1,0 +1,690 @@
+//! Process-table bookkeeping for the `pgid` backend: which processes, process groups and
+//! sessions belong to a run, learnt by reading the process table again and again. Portable: the
+//! same code runs on Linux (table from `/proc`) and macOS (table from `ps`), and is tested here.
+//!
+//! Where there is neither a cgroup nor a subreaper (macOS), nothing in the kernel keeps a run's
+//! processes together once one calls `setsid()` and its parent exits: it is reparented to
+//! launchd and shares nothing with the leader any more. What the tracker relies on instead:
+//!
+//! - A process group or session is named after the pid of the process that created it, and a
+//!   pid is not reused while a process, group or session of that number exists (POSIX, "process
+//!   ID reuse"). So a group or session a run's process was seen in keeps naming that run's
+//!   processes for as long as it has a member, and one named after a process of the run that was
+//!   alive at the last look was created by it.
+//! - A process can only join a group of its own session, and a new session starts out holding
+//!   only its creator: whoever is in a remembered group or session is the run's (or joined on
+//!   purpose).
+//!
+//! Each look ([`Tracker::observe`]) claims, until nothing new turns up: the leader; every
+//! process remembered by pid and start time; every process in a remembered group or session, or
+//! in one named after a process of the run alive at the last look; every child of a claimed
+//! process. Everything claimed is remembered with its group and session — except reaper's own
+//! group and session, which are never remembered: the leader starts in reaper's session (the
+//! user's terminal), and killing that session's groups would kill the user's shell.
+//!
+//! What it cannot see: a process born and gone between two looks. A double fork with `setsid()`
+//! in the middle (fork, setsid, fork, the middle exits) finished within one poll interval leaves
+//! an orphan in a session nobody of the run was ever seen in. On Linux the pgid backend closes
+//! that gap with reaper's child-subreaper adoption ([`Adopter`]); on macOS it stays open.
+
+#[cfg(target_os = "linux")]
+pub mod procfs;
+pub mod ps;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+/// One row of the process table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcEntry {
+    pub pid: i32,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// When the process started, in its source's own unit (clock ticks after boot from
+    /// `/proc`, seconds since the epoch from `ps`): only compared with values of the same source.
+    /// With the pid it names a process for good.
+    pub starttime: u64,
+    /// Exited, not yet reaped: dead (never a survivor), but its group and session still exist.
+    pub zombie: bool,
+    pub comm: String,
+}
+
+/// Where snapshots of the process table come from.
+pub trait ProcessTable: Send {
+    /// Every process on the machine. An error means the table could not be read at all; the
+    /// caller must not take it for "nobody is left".
+    fn snapshot(&mut self) -> std::io::Result<Vec<ProcEntry>>;
+    /// For logs and `reaper doctor`: `/proc`, `ps`.
+    fn name(&self) -> &'static str;
+}
+
+/// This platform's process table: `/proc` on Linux, `ps` on macOS.
+pub fn default_table() -> std::io::Result<Box<dyn ProcessTable>> {
+    #[cfg(target_os = "linux")]
+    {
+        Ok(Box::new(procfs::ProcTable))
+    }
+    #[cfg(target_os = "macos")]
+    {
+        Ok(Box::new(crate::macos::PsTable))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no process-table source for this platform (Linux /proc and macOS ps are supported)",
+        ))
+    }
+}
+
+/// A table that does not show the calling process is not the whole table (a `ps` that failed
+/// half-way, a `/proc` mounted with `hidepid`): refuse it rather than report everyone gone.
+pub(crate) fn sanity_check(rows: &[ProcEntry], source: &str) -> std::io::Result<()> {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    if rows.iter().any(|e| e.pid == me) {
+        Ok(())
+    } else {
+        Err(std::io::Error::other(format!(
+            "the process table from {source} ({} rows) does not show reaper itself (pid {me}); \
+             cannot track processes with it",
+            rows.len()
+        )))
+    }
+}
+
+/// A process named for good: pid and start time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub pid: i32,
+    pub starttime: u64,
+}
+
+/// A process that adopts the run's orphans (reaper as Linux child subreaper). Its children born
+/// after the leader are the run's: orphans of the tree, whatever session they moved to. Only
+/// meaningful while this process holds a single run; the caller decides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Adopter {
+    pub pid: i32,
+}
+
+/// What one look found.
+#[derive(Debug, Clone, Default)]
+pub struct Observation {
+    /// The run's live (non-zombie) processes.
+    pub members: Vec<ProcEntry>,
+    /// How many processes were remembered for the first time.
+    pub recorded: usize,
+}
+
+/// A group or session is forgotten after this many looks in a row found it empty: once empty
+/// it can only come back as a new group of a reused pid, which is not the run's. Two looks, not
+/// one, because a `/proc` walk is not atomic: a group's only member may fork and exit while
+/// the walk is between the child and the parent.
+const FORGET_AFTER_EMPTY_LOOKS: u32 = 2;
+
+/// The run's bookkeeping.
+#[derive(Debug)]
+pub struct Tracker {
+    own_pgid: i32,
+    own_sid: i32,
+    leader_pid: Option<i32>,
+    leader: Option<Identity>,
+    /// Processes of the run alive at the last look, by pid.
+    procs: HashMap<i32, Recorded>,
+    /// Remembered groups and sessions, with how many looks in a row found them empty.
+    groups: HashMap<i32, u32>,
+    sessions: HashMap<i32, u32>,
+}
+
+#[derive(Debug, Clone)]
+struct Recorded {
+    starttime: u64,
+}
+
+impl Tracker {
+    /// A tracker for a run of a process whose own group and session are `own_pgid`, `own_sid`:
+    /// these are never remembered, whoever is seen in them.
+    pub fn new(own_pgid: i32, own_sid: i32) -> Self {
+        Self {
+            own_pgid,
+            own_sid,
+            leader_pid: None,
+            leader: None,
+            procs: HashMap::new(),
+            groups: HashMap::new(),
+            sessions: HashMap::new(),
+        }
+    }
+
+    /// The leader, our unreaped child (so the pid is its until we reap it), started in group
+    /// `pgid`. Its start time is taken at the next look.
+    pub fn set_leader(&mut self, pid: i32, pgid: i32) {
+        self.leader_pid = Some(pid);
+        self.remember_group(pgid);
+    }
+
+    pub fn leader(&self) -> Option<Identity> {
+        self.leader
+    }
+
+    /// Remembered process groups, to signal with `killpg`. Never reaper's own.
+    pub fn groups(&self) -> Vec<i32> {
+        let mut g: Vec<i32> = self.groups.keys().copied().collect();
+        g.sort_unstable();
+        g
+    }
+
+    /// Remembered sessions (no signal reaches a session as such; they only claim members).
+    pub fn sessions(&self) -> Vec<i32> {
+        let mut s: Vec<i32> = self.sessions.keys().copied().collect();
+        s.sort_unstable();
+        s
+    }
+
+    /// Processes of the run alive at the last look.
+    pub fn recorded(&self) -> Vec<Identity> {
+        let mut v: Vec<Identity> = self
+            .procs
+            .iter()
+            .map(|(&pid, r)| Identity {
+                pid,
+                starttime: r.starttime,
+            })
+            .collect();
+        v.sort_unstable_by_key(|i| i.pid);
+        v
+    }
+
+    /// One look at the table: claims the run's processes, remembers them with their groups and
+    /// sessions, forgets what has been gone long enough, returns the live members.
+    pub fn observe(&mut self, snap: &[ProcEntry], adopter: Option<Adopter>) -> Observation {
+        if self.leader.is_none() {
+            if let Some(e) = self
+                .leader_pid
+                .and_then(|p| snap.iter().find(|e| e.pid == p))
+            {
+                self.leader = Some(Identity {
+                    pid: e.pid,
+                    starttime: e.starttime,
+                });
+            }
+        }
+        let mut children: HashMap<i32, Vec<usize>> = HashMap::new();
+        for (i, e) in snap.iter().enumerate() {
+            children.entry(e.ppid).or_default().push(i);
+        }
+        // Groups and sessions named after these pids were created by the run's own processes
+        // since the last look: the creator was alive then, so the number was not free to reuse.
+        let founders: HashMap<i32, u64> = self
+            .procs
+            .iter()
+            .map(|(&pid, r)| (pid, r.starttime))
+            .collect();
+        let mut ours = vec![false; snap.len()];
+        let mut queue = Vec::new();
+        let mut recorded = 0;
+        let mut fresh: HashMap<i32, u64> = HashMap::new();
+        loop {
+            for (i, e) in snap.iter().enumerate() {
+                if !ours[i] && self.claims(e, &founders, adopter) {
+                    ours[i] = true;
+                    queue.push(i);
+                }
+            }
+            while let Some(i) = queue.pop() {
+                for &c in children.get(&snap[i].pid).into_iter().flatten() {
+                    if !ours[c] {
+                        ours[c] = true;
+                        queue.push(c);
+                    }
+                }
+            }
+            let known = (self.groups.len(), self.sessions.len());
+            for (i, e) in snap.iter().enumerate() {
+                if ours[i] {
+                    self.remember_group(e.pgid);
+                    self.remember_session(e.sid);
+                    if !e.zombie && fresh.insert(e.pid, e.starttime).is_none() {
+                        let was = self.procs.get(&e.pid).map(|r| r.starttime);
+                        if was != Some(e.starttime) {
+                            recorded += 1;
+                        }
+                    }
+                }
+            }
+            // A newly remembered group or session may hold processes not claimed yet.
+            if (self.groups.len(), self.sessions.len()) == known {
+                break;
+            }
+        }
+        // Only processes alive now are kept: a dead one names no live process, and a group or
+        // session it founded was claimed above or has no member to claim.
+        self.procs = fresh
+            .into_iter()
+            .map(|(pid, starttime)| (pid, Recorded { starttime }))
+            .collect();
+        let pgids: HashSet<i32> = snap.iter().map(|e| e.pgid).collect();
+        let sids: HashSet<i32> = snap.iter().map(|e| e.sid).collect();
+        forget_empty(&mut self.groups, &pgids);
+        forget_empty(&mut self.sessions, &sids);
+        let members = snap
+            .iter()
+            .zip(&ours)
+            .filter(|(e, &o)| o && !e.zombie)
+            .map(|(e, _)| e.clone())
+            .collect();
+        Observation { members, recorded }
+    }
+
+    fn claims(
+        &self,
+        e: &ProcEntry,
+        founders: &HashMap<i32, u64>,
+        adopter: Option<Adopter>,
+    ) -> bool {
+        let id = Identity {
+            pid: e.pid,
+            starttime: e.starttime,
+        };
+        if self.leader == Some(id) {
+            return true;
+        }
+        if self
+            .procs
+            .get(&e.pid)
+            .is_some_and(|r| r.starttime == e.starttime)
+        {
+            return true;
+        }
+        if self.groups.contains_key(&e.pgid) || self.sessions.contains_key(&e.sid) {
+            return true;
+        }
+        // A member of a group or session is born after its founder (a session starts with its
+        // founder alone; setpgid(2) only moves the caller or its own children).
+        let founded = |id: i32| {
+            id != self.own_pgid
+                && id != self.own_sid
+                && founders.get(&id).is_some_and(|&st| e.starttime >= st)
+        };
+        if founded(e.pgid) || founded(e.sid) {
+            return true;
+        }
+        matches!((adopter, self.leader), (Some(a), Some(l)) if e.ppid == a.pid && e.starttime >= l.starttime)
+    }
+
+    fn remember_group(&mut self, pgid: i32) {
+        if pgid > 0 && pgid != self.own_pgid {
+            self.groups.insert(pgid, 0);
+        }
+    }
+
+    fn remember_session(&mut self, sid: i32) {
+        if sid > 0 && sid != self.own_sid {
+            self.sessions.insert(sid, 0);
+        }
+    }
+}
+
+fn forget_empty(ids: &mut HashMap<i32, u32>, present: &HashSet<i32>) {
+    ids.retain(|id, empty_looks| {
+        if present.contains(id) {
+            *empty_looks = 0;
+        } else {
+            *empty_looks += 1;
+        }
+        *empty_looks < FORGET_AFTER_EMPTY_LOOKS
+    });
+}
+
+/// How often to look: `fast` right after the start and after any look that found a new
+/// process, doubling each quiet look up to `slow` (the `--poll` interval). A tree that is
+/// forking is watched closely; a quiet one costs little.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    fast: Duration,
+    slow: Duration,
+    current: Duration,
+}
+
+impl Schedule {
+    pub fn new(fast: Duration, slow: Duration) -> Self {
+        let fast = fast.min(slow);
+        Self {
+            fast,
+            slow,
+            current: fast,
+        }
+    }
+
+    /// The wait before the first look.
+    pub fn first(&self) -> Duration {
+        self.fast
+    }
+
+    /// The wait before the next look, given whether the last one found something new.
+    pub fn next(&mut self, found_new: bool) -> Duration {
+        self.current = if found_new {
+            self.fast
+        } else {
+            (self.current * 2).min(self.slow)
+        };
+        self.current
+    }
+
+    pub fn slow(&self) -> Duration {
+        self.slow
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OWN_PGID: i32 = 100;
+    const OWN_SID: i32 = 50;
+    const REAPER: i32 = 100;
+
+    fn p(pid: i32, ppid: i32, pgid: i32, sid: i32, starttime: u64) -> ProcEntry {
+        ProcEntry {
+            pid,
+            ppid,
+            pgid,
+            sid,
+            starttime,
+            zombie: false,
+            comm: format!("p{pid}"),
+        }
+    }
+
+    fn zombie(mut e: ProcEntry) -> ProcEntry {
+        e.zombie = true;
+        e
+    }
+
+    /// The user's shell (50, its own session), reaper (100, group 100 in session 50) and an
+    /// unrelated job of the same terminal (60).
+    fn base() -> Vec<ProcEntry> {
+        vec![
+            p(1, 0, 1, 1, 0),
+            p(50, 1, 50, 50, 10),
+            p(60, 50, 60, 50, 11),
+            p(REAPER, 50, OWN_PGID, OWN_SID, 20),
+        ]
+    }
+
+    fn with(extra: &[ProcEntry]) -> Vec<ProcEntry> {
+        let mut v = base();
+        v.extend_from_slice(extra);
+        v
+    }
+
+    fn tracker_with_leader() -> Tracker {
+        let mut t = Tracker::new(OWN_PGID, OWN_SID);
+        t.set_leader(200, 200);
+        t
+    }
+
+    fn pids(o: &Observation) -> Vec<i32> {
+        let mut v: Vec<i32> = o.members.iter().map(|e| e.pid).collect();
+        v.sort_unstable();
+        v
+    }
+
+    #[test]
+    fn descendants_are_found_through_ppid_chains() {
+        let mut t = tracker_with_leader();
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 200, OWN_SID, 31),
+                p(202, 201, 202, OWN_SID, 32),
+                p(203, 202, 203, 203, 33),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 201, 202, 203]);
+        assert_eq!(o.recorded, 4);
+        assert_eq!(t.groups(), vec![200, 202, 203]);
+        assert_eq!(t.sessions(), vec![203]);
+        assert_eq!(
+            t.leader(),
+            Some(Identity {
+                pid: 200,
+                starttime: 30
+            })
+        );
+    }
+
+    #[test]
+    fn reapers_own_group_and_session_are_never_remembered_or_matched() {
+        let mut t = tracker_with_leader();
+        // A descendant that joined reaper's own group is still the run's (by pid), but neither
+        // reaper's group nor its session (the user's terminal) is remembered, so the user's
+        // shell and reaper itself are never members.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, OWN_PGID, OWN_SID, 31),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 201]);
+        assert!(!t.groups().contains(&OWN_PGID));
+        assert!(!t.sessions().contains(&OWN_SID));
+        // The leader exits; its child lives on in reaper's group: still claimed by identity.
+        let o = t.observe(&with(&[p(201, 1, OWN_PGID, OWN_SID, 31)]), None);
+        assert_eq!(pids(&o), vec![201]);
+        assert!(o
+            .members
+            .iter()
+            .all(|e| ![1, 50, 60, REAPER].contains(&e.pid)));
+    }
+
+    #[test]
+    fn an_orphan_is_still_matched_through_its_remembered_session() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 201, 201, 31),
+                p(202, 201, 201, 201, 32),
+            ]),
+            None,
+        );
+        // 201 (the session leader) exits; 202 is reparented to init, and forks 203 later.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(202, 1, 201, 201, 32),
+                p(203, 202, 203, 201, 40),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202, 203]);
+    }
+
+    #[test]
+    fn a_session_founded_since_the_last_look_is_claimed() {
+        let mut t = tracker_with_leader();
+        // 201 is seen while still in the leader's group...
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 200, OWN_SID, 31),
+            ]),
+            None,
+        );
+        // ...then, between two looks, calls setsid(), forks 202 and exits: 202 is an orphan in
+        // session 201, which only the pid of 201 connects to the run.
+        let o = t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(202, 1, 201, 201, 33)]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+        assert!(t.sessions().contains(&201));
+    }
+
+    #[test]
+    fn a_fast_double_fork_between_two_looks_is_missed_without_an_adopter() {
+        let mut t = tracker_with_leader();
+        t.observe(&with(&[p(200, REAPER, 200, OWN_SID, 30)]), None);
+        // 201 was born, called setsid(), forked 202 and exited, all between two looks.
+        let snap = with(&[p(200, REAPER, 200, OWN_SID, 30), p(202, 1, 201, 201, 33)]);
+        assert_eq!(pids(&t.observe(&snap, None)), vec![200]);
+        // The same orphan reparented to reaper as child subreaper is adopted.
+        let snap = with(&[
+            p(200, REAPER, 200, OWN_SID, 30),
+            p(202, REAPER, 201, 201, 33),
+        ]);
+        let adopter = Some(Adopter { pid: REAPER });
+        assert_eq!(pids(&t.observe(&snap, adopter)), vec![200, 202]);
+    }
+
+    #[test]
+    fn adoption_skips_reapers_children_born_before_the_leader() {
+        let mut t = tracker_with_leader();
+        // 150: reaper's guardian (or a kept process of an earlier run), older than the leader.
+        let snap = with(&[
+            p(150, REAPER, 150, 150, 25),
+            p(200, REAPER, 200, OWN_SID, 30),
+        ]);
+        let o = t.observe(&snap, Some(Adopter { pid: REAPER }));
+        assert_eq!(pids(&o), vec![200]);
+    }
+
+    #[test]
+    fn a_zombie_is_not_a_member_but_its_session_still_claims() {
+        let mut t = tracker_with_leader();
+        // First seen as a zombie (the daemon's middle), still unreaped by the leader.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                zombie(p(201, 200, 201, 201, 31)),
+                p(202, 1, 201, 201, 32),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+    }
+
+    #[test]
+    fn a_reused_pid_is_not_the_remembered_process() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 200, OWN_SID, 31),
+            ]),
+            None,
+        );
+        // 201 died; an unrelated process now has pid 201 (another start time, another group
+        // and session, another parent).
+        let o = t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(201, 60, 60, 50, 99)]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200]);
+    }
+
+    #[test]
+    fn an_empty_group_is_forgotten_so_a_reused_number_is_not_claimed() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(201, 200, 201, 201, 31)]),
+            None,
+        );
+        assert!(t.sessions().contains(&201));
+        // Session 201 empties and stays empty for two looks...
+        for _ in 0..FORGET_AFTER_EMPTY_LOOKS {
+            t.observe(&with(&[p(200, REAPER, 200, OWN_SID, 30)]), None);
+        }
+        assert!(!t.sessions().contains(&201) && !t.groups().contains(&201));
+        // ...then pid 201 is reused by an unrelated process that starts a session of its own.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 1, 201, 201, 500),
+                p(205, 201, 201, 201, 501),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200]);
+    }
+
+    #[test]
+    fn one_empty_look_does_not_forget_a_group() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(201, 200, 201, 201, 31)]),
+            None,
+        );
+        t.observe(&with(&[p(200, REAPER, 200, OWN_SID, 30)]), None);
+        let o = t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(202, 1, 201, 201, 32)]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+    }
+
+    #[test]
+    fn claims_reach_a_fixpoint_through_newly_remembered_groups() {
+        let mut t = tracker_with_leader();
+        // 301 (orphan, group 300 of session 201) is only reachable once 202 — an orphan in the
+        // remembered session 201 — puts group 300 on the list.
+        t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(201, 200, 201, 201, 31)]),
+            None,
+        );
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(202, 1, 300, 201, 32),
+                p(301, 1, 300, 201, 33),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202, 301]);
+    }
+
+    #[test]
+    fn counts_only_newly_recorded_processes() {
+        let mut t = tracker_with_leader();
+        let snap = with(&[
+            p(200, REAPER, 200, OWN_SID, 30),
+            p(201, 200, 200, OWN_SID, 31),
+        ]);
+        assert_eq!(t.observe(&snap, None).recorded, 2);
+        assert_eq!(t.observe(&snap, None).recorded, 0);
+        assert_eq!(t.recorded().len(), 2);
+    }
+
+    #[test]
+    fn unrelated_processes_are_never_claimed() {
+        let mut t = tracker_with_leader();
+        let o = t.observe(&with(&[p(200, REAPER, 200, OWN_SID, 30)]), None);
+        assert_eq!(pids(&o), vec![200]);
+        // Without a leader nothing at all is claimed.
+        let mut t = Tracker::new(OWN_PGID, OWN_SID);
+        assert!(t
+            .observe(&base(), Some(Adopter { pid: REAPER }))
+            .members
+            .is_empty());
+    }
+
+    #[test]
+    fn schedule_is_fast_after_news_and_backs_off_to_the_poll_interval() {
+        let ms = Duration::from_millis;
+        let mut s = Schedule::new(ms(5), ms(50));
+        assert_eq!(s.first(), ms(5));
+        let quiet: Vec<Duration> = (0..6).map(|_| s.next(false)).collect();
+        assert_eq!(quiet, vec![ms(10), ms(20), ms(40), ms(50), ms(50), ms(50)]);
+        assert_eq!(s.next(true), ms(5));
+        // A poll interval below the fast one wins.
+        let mut s = Schedule::new(ms(5), ms(2));
+        assert_eq!(
+            (s.first(), s.next(false), s.next(true)),
+            (ms(2), ms(2), ms(2))
+        );
+    }
+}
