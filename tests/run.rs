@@ -387,6 +387,7 @@ macro_rules! backend_tests {
 
 backend_tests!(cgroup, "cgroup");
 backend_tests!(subreaper, "subreaper");
+backend_tests!(pgid, "pgid");
 
 #[test]
 fn command_not_found_is_127_and_not_executable_is_126() {

@@ -77,8 +77,9 @@ pub struct RunArgs {
 /// Containment flags shared by `run` and `check`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ContainArgs {
-    /// How to contain the tree: a cgroup v2 of its own (preferred), or reaper as child
-    /// subreaper; `auto` uses cgroup when it can and says so when it cannot.
+    /// How to contain the tree: a cgroup v2 of its own (preferred), reaper as child subreaper,
+    /// or pgid (the leader's process group plus process-table tracking, for macOS); `auto` uses
+    /// cgroup when it can and says so when it cannot.
     #[arg(long, value_enum, default_value = "auto", value_name = "BACKEND")]
     pub containment: Requested,
 
@@ -86,6 +87,12 @@ pub struct ContainArgs {
     /// relative to it) instead of reaper's own.
     #[arg(long, env = "REAPER_CGROUP_PARENT", value_name = "DIR")]
     pub cgroup_parent: Option<PathBuf>,
+
+    /// pgid backend: read the process table at least this often (faster right after the start
+    /// and while the tree forks). A process that double-forks and calls setsid() between two
+    /// reads can escape, so shorter is safer and costs more CPU.
+    #[arg(long, value_parser = parse::duration, default_value = "50ms", value_name = "DUR")]
+    pub poll: Duration,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -98,7 +105,10 @@ pub struct GuardArgs {
 impl ContainArgs {
     /// The run options, with a guardian when one is wanted and can help (cgroup backends).
     pub fn opts(&self, guard: &GuardArgs) -> ContainOpts {
-        let guardian = if guard.no_guardian || self.containment == Requested::Subreaper {
+        // The guardian cleans up cgroups; the subreaper and pgid backends have none to name.
+        let guardian = if guard.no_guardian
+            || matches!(self.containment, Requested::Subreaper | Requested::Pgid)
+        {
             None
         } else {
             match Guardian::spawn() {
@@ -114,6 +124,7 @@ impl ContainArgs {
         ContainOpts {
             requested: self.containment,
             cgroup_parent: self.cgroup_parent.clone(),
+            poll: self.poll,
             guardian,
         }
     }

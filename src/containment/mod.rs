@@ -6,14 +6,17 @@
 //! |-------------|------------------------------------------------|-----------------------------------|
 //! | `cgroup`    | the kernel: the run's own cgroup v2            | `cgroup.kill` (atomic vs fork)    |
 //! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGSTOP all seen, SIGKILL, repeat |
+//! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
+//! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
 
 pub mod cgroup;
+pub mod pgid;
 pub mod setup;
 pub mod subreaper;
 
 use std::process::Command;
 
-use reaper_platform::Signal;
+use reaper_platform::{Pid, Signal};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -23,6 +26,7 @@ use tokio::time::Instant;
 pub enum BackendKind {
     Cgroup,
     Subreaper,
+    Pgid,
 }
 
 impl BackendKind {
@@ -30,6 +34,7 @@ impl BackendKind {
         match self {
             BackendKind::Cgroup => "cgroup",
             BackendKind::Subreaper => "subreaper",
+            BackendKind::Pgid => "pgid",
         }
     }
 }
@@ -55,6 +60,9 @@ pub trait Containment {
     fn kind(&self) -> BackendKind;
     /// Arranges for the leader to enter containment before it runs any code of its own.
     fn prepare(&self, cmd: &mut Command);
+    /// The leader was spawned as `leader` (not reaped yet, so the pid is its). For backends
+    /// that follow the tree from the leader rather than holding it in a kernel object.
+    fn spawned(&mut self, _leader: Pid) {}
     /// Every live (non-zombie) process of the run.
     fn members(&self) -> Vec<Member>;
     /// Whether no live process is left (cheaper than `members()` where the kernel knows).
@@ -75,13 +83,14 @@ pub trait Containment {
 pub enum Backend {
     Cgroup(cgroup::CgroupBackend),
     Subreaper(subreaper::SubreaperBackend),
+    Pgid(pgid::PgidBackend),
 }
 
 impl Backend {
     pub fn cgroup_path(&self) -> Option<&std::path::Path> {
         match self {
             Backend::Cgroup(b) => Some(b.cgroup().path()),
-            Backend::Subreaper(_) => None,
+            Backend::Subreaper(_) | Backend::Pgid(_) => None,
         }
     }
 }
@@ -91,6 +100,7 @@ macro_rules! each {
         match $self {
             Backend::Cgroup($b) => $e,
             Backend::Subreaper($b) => $e,
+            Backend::Pgid($b) => $e,
         }
     };
 }
@@ -101,6 +111,9 @@ impl Containment for Backend {
     }
     fn prepare(&self, cmd: &mut Command) {
         each!(self, b => b.prepare(cmd))
+    }
+    fn spawned(&mut self, leader: Pid) {
+        each!(self, b => b.spawned(leader))
     }
     fn members(&self) -> Vec<Member> {
         each!(self, b => b.members())

@@ -309,6 +309,8 @@ pub async fn isolated(opts: &ContainOpts) -> bool {
             true
         }
         Ok((Backend::Subreaper(_), _)) => false,
+        // Each call's tracker follows its own leader's tree.
+        Ok((Backend::Pgid(_), _)) => true,
         // Every call will fail to start, and say why.
         Err(_) => true,
     }

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use reaper_platform::linux::pidfd::Pidfd;
 use reaper_platform::linux::{reap, signal, subreaper};
+use reaper_platform::tracker::Schedule;
 use reaper_platform::{ExitStatus, Pid, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
@@ -35,12 +36,16 @@ pub enum Requested {
     Auto,
     Cgroup,
     Subreaper,
+    /// The leader's process group plus process-table tracking (macOS; portable).
+    Pgid,
 }
 
 #[derive(Debug, Clone)]
 pub struct ContainOpts {
     pub requested: Requested,
     pub cgroup_parent: Option<PathBuf>,
+    /// pgid backend: the slowest interval between two looks at the process table.
+    pub poll: Duration,
     /// Cleans up the run's cgroup if reaper itself is killed.
     pub guardian: Option<Arc<Guardian>>,
 }
@@ -48,8 +53,12 @@ pub struct ContainOpts {
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).
 const KILL_DEADLINE: Duration = Duration::from_secs(5);
-/// Subreaper backend: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
+/// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
 const KILL_ROUND: Duration = Duration::from_millis(200);
+/// pgid backend: how often the process table is read right after the spawn and while the tree
+/// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
+const POLL_FAST: Duration = Duration::from_millis(5);
+const POLL_MIN: Duration = Duration::from_millis(1);
 /// How long the stale-cgroup sweep waits for a stale cgroup to empty.
 const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
 
@@ -75,9 +84,20 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
                 format!("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}")
             })
     };
+    let pgid = || {
+        let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
+        containment::pgid::PgidBackend::new(schedule)
+            .map(Backend::Pgid)
+            .map_err(|e| format!("cannot read the process table for the pgid backend: {e}"))
+    };
     match opts.requested {
         Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
         Requested::Subreaper => subreaper().map(|b| (b, None)),
+        Requested::Pgid => pgid().map(|b| (b, None)),
+        // No cgroups and no subreaper on macOS: the process table is all there is.
+        #[cfg(target_os = "macos")]
+        Requested::Auto => pgid().map(|b| (b, None)),
+        #[cfg(not(target_os = "macos"))]
         Requested::Auto => match cgroup().await {
             Ok(b) => Ok((Backend::Cgroup(b), None)),
             Err(why) => subreaper().map(|b| {
@@ -254,6 +274,7 @@ impl Run {
         let pid = Pid::from_raw(child.id() as i32)
             .ok_or_else(|| StartError::Reaper("spawned child has pid 0".into()))?;
         reap::register_leader(pid);
+        backend.spawned(pid);
         let leader = match Pidfd::open(pid) {
             Ok(fd) => fd,
             Err(e) => {
@@ -376,7 +397,7 @@ impl Run {
         let final_deadline = Instant::now() + KILL_DEADLINE;
         let round = match self.backend {
             Backend::Cgroup(_) => KILL_DEADLINE,
-            Backend::Subreaper(_) => KILL_ROUND,
+            Backend::Subreaper(_) | Backend::Pgid(_) => KILL_ROUND,
         };
         loop {
             if self.backend.is_empty() {
@@ -387,6 +408,7 @@ impl Run {
             let via = match self.backend {
                 Backend::Cgroup(_) => "cgroup.kill",
                 Backend::Subreaper(_) => "pidfd",
+                Backend::Pgid(_) => "killpg+pidfd",
             };
             self.sink.emit(Event::Signalled {
                 signal: "KILL".into(),
@@ -421,7 +443,7 @@ impl Run {
         let old = self.backend.cgroup_path().map(ToOwned::to_owned);
         let kept = match &mut self.backend {
             Backend::Cgroup(b) => Some(b.keep()?),
-            Backend::Subreaper(_) => None,
+            Backend::Subreaper(_) | Backend::Pgid(_) => None,
         };
         if let (Some(g), Some(p)) = (&self.guardian, old) {
             g.forget(&p);

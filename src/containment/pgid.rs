@@ -1,0 +1,305 @@
+//! The pgid backend, for macOS and anywhere without cgroups: the leader starts in a process
+//! group of its own, and a tracker reads the process table (`/proc` on Linux, `ps` on macOS)
+//! every `--poll`, remembering every process, process group and session the tree was ever seen
+//! with ([`reaper_platform::tracker`] has the rules). Stopping SIGSTOPs every remembered group
+//! and process until a look finds nobody new (a stopped process cannot fork or `setsid()`, so
+//! its children stay findable through it), then SIGKILLs the groups (`killpg`) and the
+//! processes (pidfd).
+//!
+//! Does not contain:
+//! - A process that double-forks with `setsid()` in the middle, the middle exiting before the
+//!   next look (fork, setsid, fork, exit within one poll interval): nothing of the run was ever
+//!   seen in its session, and its parent is gone. On Linux reaper is a child subreaper
+//!   (`Run::start`), so such an orphan becomes reaper's child, and the backend claims reaper's
+//!   children born after the leader — but only while it is the only run in this reaper process:
+//!   with several concurrent runs (`reaper mcp`) an orphan cannot be told apart, and the gap is
+//!   open, as it always is on macOS.
+//! - Nothing keeps the tree together if reaper itself is SIGKILLed: remembered groups live only
+//!   in reaper's memory (the guardian covers cgroups only).
+//! - A process that joins reaper's own process group or session is killed by pid only: those
+//!   are never remembered, since the leader starts in reaper's session (the user's terminal).
+
+use std::collections::HashSet;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::{reap, signal, subreaper};
+use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule, Tracker};
+use reaper_platform::{Pid, Signal};
+use tokio::time::Instant;
+
+use super::{BackendKind, Containment, Member};
+
+/// pgid runs in this process that have a leader. Orphans adopted by reaper are attributed to a
+/// run only while there is exactly one.
+static LIVE_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+pub struct PgidBackend {
+    shared: Arc<Mutex<Shared>>,
+    schedule: Schedule,
+    poller: Option<tokio::task::JoinHandle<()>>,
+    /// Counted in `LIVE_RUNS` (between `spawned` and `release`).
+    counted: bool,
+}
+
+/// What the poller and the run's own calls share: one table, one bookkeeping.
+struct Shared {
+    table: Box<dyn ProcessTable>,
+    tracker: Tracker,
+    self_pid: i32,
+    /// The members of the last look that could read the table.
+    last: Vec<ProcEntry>,
+    warned: bool,
+}
+
+impl PgidBackend {
+    /// A backend whose tracker looks every `schedule` interval once the leader runs.
+    pub fn new(schedule: Schedule) -> std::io::Result<Self> {
+        let table = tracker::default_table()?;
+        let own_pgid = rustix::process::getpgrp().as_raw_nonzero().get();
+        let own_sid = rustix::process::getsid(None)?.as_raw_nonzero().get();
+        let mut shared = Shared {
+            table,
+            tracker: Tracker::new(own_pgid, own_sid),
+            self_pid: rustix::process::getpid().as_raw_nonzero().get(),
+            last: Vec::new(),
+            warned: false,
+        };
+        // Fail now, with the reason, rather than at the first look of a running tree.
+        shared.table.snapshot()?;
+        Ok(Self {
+            shared: Arc::new(Mutex::new(shared)),
+            schedule,
+            poller: None,
+            counted: false,
+        })
+    }
+
+    fn stop_polling(&mut self) {
+        if let Some(p) = self.poller.take() {
+            p.abort();
+        }
+        if std::mem::take(&mut self.counted) {
+            LIVE_RUNS.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for PgidBackend {
+    fn drop(&mut self) {
+        self.stop_polling();
+    }
+}
+
+impl Shared {
+    /// One look: the live members and how many processes were new. If the table cannot be read
+    /// (on macOS `ps` cannot even be started when a fork storm has used up the process limit),
+    /// the last members stand: "nobody left" would end the run with the storm still running.
+    fn look(&mut self) -> (Vec<ProcEntry>, usize) {
+        match self.table.snapshot() {
+            Ok(snap) => {
+                let adopter = self.adopter();
+                let o = self.tracker.observe(&snap, adopter);
+                self.last = o.members.clone();
+                (o.members, o.recorded)
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.warned, true) {
+                    tracing::warn!(
+                        "cannot read the process table ({}): {e}; stopping the processes seen so far",
+                        self.table.name()
+                    );
+                }
+                (self.last.clone(), 0)
+            }
+        }
+    }
+
+    /// reaper as child subreaper receives the tree's orphans; they are this run's only if no
+    /// other run could have left them.
+    fn adopter(&self) -> Option<Adopter> {
+        (subreaper::is_subreaper() && LIVE_RUNS.load(Ordering::SeqCst) == 1)
+            .then_some(Adopter { pid: self.self_pid })
+    }
+}
+
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    // A panic during a look leaves valid (if one look stale) bookkeeping behind.
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn member(e: ProcEntry) -> Member {
+    Member {
+        pid: e.pid,
+        starttime: e.starttime,
+        comm: e.comm,
+    }
+}
+
+/// Whether any of the processes has exited: one non-blocking poll(2) on all their pidfds (a
+/// pidfd polls readable once its process has exited).
+fn any_exited(fds: &[Pidfd]) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+    let now = rustix::time::Timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // An error (EINTR, ENOMEM) only means "look at the table again".
+    !matches!(poll(&mut polled, Some(&now)), Ok(0))
+}
+
+/// `killpg`, for a group the tracker remembered (never reaper's own).
+fn signal_group(pgid: i32, sig: Signal) {
+    let Some(pid) = Pid::from_raw(pgid) else {
+        return;
+    };
+    if let Err(e) = signal::to_process_group(pid, sig) {
+        tracing::debug!("signal to process group {pgid}: {e}");
+    }
+}
+
+/// The poller: looks on `schedule` until the backend is dropped or released. Each look runs on
+/// the blocking pool: reading `/proc` takes about a millisecond, running `ps` tens.
+async fn poll(shared: Weak<Mutex<Shared>>, mut schedule: Schedule) {
+    let mut wait = schedule.first();
+    loop {
+        tokio::time::sleep(wait).await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let began = Instant::now();
+        let Ok(found) = tokio::task::spawn_blocking(move || lock(&shared).look().1).await else {
+            return;
+        };
+        // Never spend more than half the time reading the table.
+        wait = schedule.next(found > 0).max(began.elapsed());
+    }
+}
+
+impl Containment for PgidBackend {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Pgid
+    }
+
+    /// A process group of its own: what the tree does not move out of, one `killpg` reaches
+    /// atomically. (std applies it with `setpgid(0, 0)` in the child before exec.)
+    fn prepare(&self, cmd: &mut Command) {
+        cmd.process_group(0);
+    }
+
+    fn spawned(&mut self, leader: Pid) {
+        let pid = leader.as_raw_nonzero().get();
+        {
+            let mut s = lock(&self.shared);
+            s.tracker.set_leader(pid, pid);
+            if !self.counted {
+                self.counted = true;
+                LIVE_RUNS.fetch_add(1, Ordering::SeqCst);
+            }
+            // The leader is our unreaped child: this look takes its start time for good.
+            s.look();
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                self.poller = Some(rt.spawn(poll(Arc::downgrade(&self.shared), self.schedule)))
+            }
+            Err(_) => tracing::debug!("no async runtime: the pgid tracker looks only when asked"),
+        }
+    }
+
+    fn members(&self) -> Vec<Member> {
+        lock(&self.shared)
+            .look()
+            .0
+            .into_iter()
+            .map(member)
+            .collect()
+    }
+
+    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+        self.members()
+            .into_iter()
+            .filter(|m| {
+                Pidfd::open_checked(m.pid, m.starttime).is_some_and(|fd| {
+                    matches!(signal::to_pidfd(&fd, sig), Ok(signal::Delivery::Sent))
+                })
+            })
+            .collect()
+    }
+
+    /// SIGSTOP the remembered groups and every member, look again until a look finds nobody
+    /// new, then SIGKILL the groups and the members.
+    fn kill_all(&self) -> Vec<Member> {
+        let mut seen: HashSet<(i32, u64)> = HashSet::new();
+        let mut held: Vec<(Member, Pidfd)> = Vec::new();
+        let mut s = lock(&self.shared);
+        // Bounded: each round stops everyone it finds; only a process still running can add
+        // new ones, and a stopped parent keeps its children findable.
+        for _ in 0..MAX_STOP_ROUNDS {
+            let (members, _) = s.look();
+            for g in s.tracker.groups() {
+                signal_group(g, Signal::STOP);
+            }
+            let fresh: Vec<ProcEntry> = members
+                .into_iter()
+                .filter(|e| seen.insert((e.pid, e.starttime)))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+            for e in fresh {
+                if let Some(fd) = Pidfd::open_checked(e.pid, e.starttime) {
+                    let _ = signal::to_pidfd(&fd, Signal::STOP);
+                    held.push((member(e), fd));
+                }
+            }
+        }
+        for g in s.tracker.groups() {
+            signal_group(g, Signal::KILL);
+        }
+        for (_, fd) in &held {
+            let _ = signal::to_pidfd(fd, Signal::KILL);
+        }
+        drop(s);
+        reap::reap_orphans();
+        held.into_iter().map(|(m, _)| m).collect()
+    }
+
+    /// Reading the whole table costs about a millisecond per hundred processes, so between two
+    /// looks only the members' pidfds are watched: the table is read again as soon as one of
+    /// them exits, or after a poll interval (a member may have forked).
+    async fn wait_empty(&mut self, deadline: Instant) -> bool {
+        loop {
+            // Orphans adopted by reaper (Linux) die as reaper's children: reap them.
+            reap::reap_orphans();
+            let members = self.members();
+            if members.is_empty() {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            let fds: Vec<Pidfd> = members
+                .iter()
+                .filter_map(|m| Pidfd::open_checked(m.pid, m.starttime))
+                .collect();
+            let next_look = deadline.min(Instant::now() + self.schedule.slow());
+            while fds.len() == members.len() && !any_exited(&fds) && Instant::now() < next_look {
+                tokio::time::sleep_until(next_look.min(Instant::now() + LOOK_AGAIN)).await;
+            }
+        }
+    }
+
+    fn release(&mut self) -> Result<(), String> {
+        self.stop_polling();
+        Ok(())
+    }
+}
+
+const MAX_STOP_ROUNDS: usize = 64;
+/// How often the members' pidfds are checked while waiting for the tree to empty.
+const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(5);
