@@ -28,6 +28,11 @@ pub struct Report {
     pub cgroup_error: Option<String>,
     pub pidfd: bool,
     pub subreaper: bool,
+    /// Whether the pgid backend can read the process table here, and from where.
+    pub pgid: bool,
+    pub pgid_table: Option<String>,
+    /// Without a run cgroup: what tells `subreaper` and `pgid` apart, to choose between them.
+    pub without_cgroup: Option<String>,
     /// The backend `--containment auto` picks here.
     pub auto_backend: &'static str,
     pub why: String,
@@ -43,6 +48,20 @@ pub fn probe() -> Report {
     let me = rustix::process::getpid();
     r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
     r.subreaper = reaper_platform::linux::subreaper::become_subreaper().is_ok();
+    match reaper_platform::tracker::default_table() {
+        Ok(mut t) => {
+            r.pgid_table = Some(t.name().to_owned());
+            match t.snapshot() {
+                Ok(_) => r.pgid = r.pidfd,
+                Err(e) => r.hints.push(format!(
+                    "the pgid backend cannot read the process table: {e}"
+                )),
+            }
+        }
+        Err(e) => r
+            .hints
+            .push(format!("the pgid backend has no process table here: {e}")),
+    }
     match setup::discover() {
         Err(e) => r.cgroup_error = Some(e),
         Ok(env) => {
@@ -81,6 +100,7 @@ pub fn probe() -> Report {
             r.hints.push("cgroup.kill is missing (Linux < 5.14): reaper kills each process through its pidfd instead, which a fork storm can outrun for a moment".into());
         }
     } else if r.subreaper && r.pidfd {
+        r.without_cgroup = Some(without_cgroup(r.pgid));
         r.auto_backend = "subreaper";
         r.why = format!(
             "no run cgroup: {}",
@@ -100,6 +120,23 @@ pub fn probe() -> Report {
         r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
     }
     r
+}
+
+/// Both fallbacks contain a setsid() escapee; they differ in what they cannot do.
+fn without_cgroup(pgid: bool) -> String {
+    let mut s = "subreaper (what auto picks) catches every orphan of the tree, however fast it \
+                 escapes, but treats all of reaper's runs as one tree: concurrent `reaper mcp` \
+                 calls stop each other's processes, so mcp runs them one at a time"
+        .to_owned();
+    if pgid {
+        s.push_str(
+            "; --containment pgid follows each run's own tree by process group and session, \
+             reading the process table every --poll (50ms), so concurrent calls stay apart, but \
+             with several runs at once a process that double-forks and calls setsid() between \
+             two reads escapes (with a single run reaper's subreaper adoption catches it too)",
+        );
+    }
+    s
 }
 
 fn kernel() -> String {
@@ -163,9 +200,58 @@ fn human(r: &Report) -> String {
     line("cgroup.kill", yes(r.cgroup_kill));
     line("pidfd", yes(r.pidfd));
     line("subreaper", yes(r.subreaper));
+    line(
+        "pgid",
+        &match &r.pgid_table {
+            Some(t) => format!("{} (process table from {t})", yes(r.pgid)),
+            None => "no".to_owned(),
+        },
+    );
     line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
+    if let Some(w) = &r.without_cgroup {
+        line("without cgroup", w);
+    }
     for h in &r.hints {
         s.push_str(&format!("hint: {h}\n"));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn without_a_cgroup_the_choice_is_explained() {
+        let r = Report {
+            auto_backend: "subreaper",
+            why: "no run cgroup: not writable".into(),
+            subreaper: true,
+            pidfd: true,
+            pgid: true,
+            pgid_table: Some("/proc".into()),
+            without_cgroup: Some(without_cgroup(true)),
+            ..Default::default()
+        };
+        let text = human(&r);
+        assert!(
+            text.contains("pgid               yes (process table from /proc)"),
+            "{text}"
+        );
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("without cgroup"))
+            .unwrap_or_else(|| panic!("no 'without cgroup' line: {text}"));
+        for want in [
+            "subreaper",
+            "--containment pgid",
+            "--poll",
+            "setsid()",
+            "one at a time",
+        ] {
+            assert!(line.contains(want), "{want} missing: {line}");
+        }
+        // Without a usable process table only the subreaper half is said.
+        assert!(!without_cgroup(false).contains("pgid"));
+    }
 }
