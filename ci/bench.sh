@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What containment costs and how fast the tree dies, side by side in one run: spawn cost of
+# /bin/true under every way of containing it, teardown of hostile trees and a fork storm, and
+# `reaper mcp` over stdio. Prints a markdown report and puts it into docs/BENCHMARKS.md
+# (between its `bench:begin`/`bench:end` markers; the notes around them are kept).
+#
+#   ci/bench.sh           release build, full run (a few minutes), writes docs/BENCHMARKS.md
+#   ci/bench.sh --quick   smoke run on the debug build (seconds), prints only; ci/test.sh runs it
+#
+# Needs Linux with pidfds; the cgroup rows need a writable cgroup2 directory (else they say n/a).
+# Nothing is asserted: the goals are reported in the table. The benchmark kills and removes
+# everything it started (processes by pidfd, its own `reaper-bench-*` cgroups).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+quick=
+for arg in "$@"; do
+  case "$arg" in
+    --quick) quick=1 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "ci/bench.sh: unknown argument $arg (usage: ci/bench.sh [--quick])" >&2; exit 2 ;;
+  esac
+done
+
+bins=(--bin reaper --bin reaper-fixture --bin fake-codex --bin reaper-bench)
+target=${CARGO_TARGET_DIR:-target}
+if [ -n "$quick" ]; then
+  # The smoke run only proves the benchmark still works; the debug build is already there
+  # after `cargo test`, and its figures are not for quoting.
+  cargo build --quiet "${bins[@]}"
+  dir=$target/debug
+else
+  cargo build --quiet --release "${bins[@]}"
+  dir=$target/release
+fi
+
+REAPER_BENCH_COMMIT=$(git describe --always --dirty 2>/dev/null || echo unknown)
+REAPER_BENCH_RUSTC=$(rustc --version 2>/dev/null || echo "rustc unknown")
+REAPER_BENCH_DATE=$(date -u +%Y-%m-%dT%H:%MZ)
+export REAPER_BENCH_COMMIT REAPER_BENCH_RUSTC REAPER_BENCH_DATE
+
+if [ -n "$quick" ]; then
+  "$dir/reaper-bench" --quick --bin-dir "$dir"
+else
+  mkdir -p docs
+  "$dir/reaper-bench" --bin-dir "$dir" --out docs/BENCHMARKS.md
+fi
