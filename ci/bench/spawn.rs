@@ -175,7 +175,7 @@ fn cgroup_floor(parent: &Path, cmd: &Cmd, io: &Stdio, how: &str) -> Result<(), S
     r
 }
 
-fn inotify_watch(path: &Path) -> Result<std::os::fd::OwnedFd, String> {
+pub fn inotify_watch(path: &Path) -> Result<std::os::fd::OwnedFd, String> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     // SAFETY: plain syscalls; the fd is owned at once.

@@ -197,7 +197,7 @@ fn once(s: &Setup, stopper: &Stopper, sc: Scenario) -> Result<Sample, String> {
     let cmd = Cmd::new(&argv);
     let pid = sys::spawn(&cmd, join, &io).map_err(|e| format!("spawn: {e}"))?;
     let pidfd = sys::pidfd_open(pid).map_err(|e| format!("pidfd_open: {e}"))?;
-    let result = stop_and_measure(stopper, &dir, pid, &pidfd, cgroup.as_ref());
+    let result = stop_and_measure(stopper, sc, &dir, pid, &pidfd, cgroup.as_ref());
     if result.is_err() {
         // Whatever happened, leave nothing behind: the tool, then the tree.
         let _ = sys::pidfd_signal(&pidfd, libc::SIGKILL);
@@ -227,31 +227,49 @@ fn once(s: &Setup, stopper: &Stopper, sc: Scenario) -> Result<Sample, String> {
 
 fn stop_and_measure(
     stopper: &Stopper,
+    sc: Scenario,
     dir: &TempDir,
     pid: pid_t,
     pidfd: &std::os::fd::OwnedFd,
     cgroup: Option<&BenchCgroup>,
 ) -> Result<Sample, String> {
-    sys::wait_for_file(&dir.join("ready"), pid, READY_LIMIT)?;
-    let at_stop = sys::read_pids(&dir.join("pids"));
-    // Who is in the leader's group (killpg reaches them) and who escaped it (setsid).
-    let leader = match stopper {
-        Stopper::Reaper(_) => at_stop.first().map(|p| p.0).unwrap_or(pid),
-        _ => pid,
-    };
-    let in_group: std::collections::HashSet<pid_t> = at_stop
-        .iter()
-        .filter(|(p, _)| sys::stat(*p).is_some_and(|st| st.pgrp == leader))
-        .map(|(p, _)| *p)
-        .collect();
-    let escaped = at_stop.len() - in_group.len();
+    // The leader takes the oracle's shared lock before it records itself: from then on the
+    // waiter thread can block on it (started earlier, it would take the lock first).
+    let deadline = Instant::now() + READY_LIMIT;
+    while sys::read_pids(&dir.join("pids")).is_empty() {
+        if Instant::now() > deadline || sys::stat(pid).is_none_or(|s| !s.alive()) {
+            return Err("the fixture never recorded its leader".into());
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let oracle = sys::oracle_waiter(&dir.join("oracle"));
     let mut events = match cgroup {
         Some(cg) => Some(cg.events().map_err(|e| e.to_string())?),
         None => None,
     };
-    let oracle = sys::oracle_waiter(&dir.join("oracle"));
-    // Give the waiter thread time to block on the lock before the clock starts.
-    std::thread::sleep(Duration::from_millis(5));
+    sys::wait_for_file(&dir.join("ready"), pid, READY_LIMIT)?;
+    // Who is in the leader's group (killpg reaches them) and who escaped it (setsid); a storm
+    // never leaves the group, and is stopped at once, still forking.
+    let mut in_group = std::collections::HashSet::new();
+    let mut escaped = 0;
+    if let Scenario::Tree(_) = sc {
+        let built = sys::read_pids(&dir.join("pids"));
+        let leader = match stopper {
+            Stopper::Reaper(_) => built.first().map(|p| p.0).unwrap_or(pid),
+            _ => pid,
+        };
+        in_group = built
+            .iter()
+            .filter(|(p, _)| sys::stat(*p).is_some_and(|st| st.pgrp == leader))
+            .map(|(p, _)| *p)
+            .collect();
+        escaped = built.len() - in_group.len();
+        // Keep the stop more than 10 ms away from the tree's birth: the kernel sends at most
+        // one `cgroup.events` notification per 10 ms (CGROUP_FILE_NOTIFY_MIN_INTV) and defers
+        // the next, which would delay "populated 0" for a tree stopped at once.
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let at_stop = sys::read_pids(&dir.join("pids"));
 
     let t0 = Instant::now();
     let done = match stopper {
