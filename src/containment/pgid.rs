@@ -200,8 +200,15 @@ impl Containment for PgidBackend {
                 self.counted = true;
                 LIVE_RUNS.fetch_add(1, Ordering::SeqCst);
             }
-            // The leader is our unreaped child: this look takes its start time for good.
-            s.look();
+            // The leader is our unreaped child, so its pid is its until we reap it: take its
+            // start time now, from its own entry. A whole look would block the runtime thread
+            // for as long as the table takes to read (tens of ms beside a fork storm), and the
+            // signals reaper gets meanwhile would be merged into one.
+            match s.table.lookup(pid) {
+                Ok(Some(e)) => s.tracker.leader_started(e.starttime),
+                Ok(None) => tracing::debug!("leader {pid} already gone before its first look"),
+                Err(e) => tracing::debug!("leader {pid}: {e}; identified at the first look"),
+            }
         }
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {

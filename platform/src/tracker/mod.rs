@@ -55,6 +55,11 @@ pub trait ProcessTable: Send {
     /// Every process on the machine. An error means the table could not be read at all; the
     /// caller must not take it for "nobody is left".
     fn snapshot(&mut self) -> std::io::Result<Vec<ProcEntry>>;
+    /// One process, if it exists. Sources that can look up a single pid cheaply (`/proc`)
+    /// override this whole-table fallback.
+    fn lookup(&mut self, pid: i32) -> std::io::Result<Option<ProcEntry>> {
+        Ok(self.snapshot()?.into_iter().find(|e| e.pid == pid))
+    }
     /// For logs and `reaper doctor`: `/proc`, `ps`.
     fn name(&self) -> &'static str;
 }
@@ -162,6 +167,14 @@ impl Tracker {
     pub fn set_leader(&mut self, pid: i32, pgid: i32) {
         self.leader_pid = Some(pid);
         self.remember_group(pgid);
+    }
+
+    /// The leader's start time, when known before the first look (it must be taken before the
+    /// leader is reaped: after that its pid may name another process).
+    pub fn leader_started(&mut self, starttime: u64) {
+        if let Some(pid) = self.leader_pid {
+            self.leader = Some(Identity { pid, starttime });
+        }
     }
 
     pub fn leader(&self) -> Option<Identity> {
@@ -645,6 +658,22 @@ mod tests {
             None,
         );
         assert_eq!(pids(&o), vec![200, 202, 301]);
+    }
+
+    #[test]
+    fn a_leader_identified_at_spawn_is_not_confused_with_a_reused_pid() {
+        let mut t = tracker_with_leader();
+        t.leader_started(30);
+        // The leader was reaped before the first look and its pid reused: not the leader.
+        let o = t.observe(&with(&[p(200, 60, 60, 50, 77)]), None);
+        assert!(o.members.is_empty());
+        assert_eq!(
+            t.leader(),
+            Some(Identity {
+                pid: 200,
+                starttime: 30
+            })
+        );
     }
 
     #[test]

@@ -18,22 +18,34 @@ impl ProcessTable for ProcTable {
             // A process that exited since the listing has no stat file any more: it is simply
             // not in this snapshot.
             .filter_map(|pid| procfs::stat(pid).ok())
-            .map(|s| ProcEntry {
-                zombie: s.is_dead(),
-                pid: s.pid,
-                ppid: s.ppid,
-                pgid: s.pgid,
-                sid: s.sid,
-                starttime: s.starttime,
-                comm: s.comm,
-            })
+            .map(entry)
             .collect();
         super::sanity_check(&rows, "/proc")?;
         Ok(rows)
     }
 
+    fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcEntry>> {
+        match procfs::stat(pid) {
+            Ok(s) => Ok(Some(entry(s))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     fn name(&self) -> &'static str {
         "/proc"
+    }
+}
+
+fn entry(s: procfs::ProcStat) -> ProcEntry {
+    ProcEntry {
+        zombie: s.is_dead(),
+        pid: s.pid,
+        ppid: s.ppid,
+        pgid: s.pgid,
+        sid: s.sid,
+        starttime: s.starttime,
+        comm: s.comm,
     }
 }
 
@@ -49,5 +61,7 @@ mod tests {
         assert_eq!(me.starttime, start);
         assert_eq!(me.pgid, rustix::process::getpgrp().as_raw_nonzero().get());
         assert!(!me.zombie);
+        assert_eq!(ProcTable.lookup(pid).unwrap().as_ref(), Some(me));
+        assert_eq!(ProcTable.lookup(i32::MAX).unwrap(), None);
     }
 }
