@@ -175,8 +175,9 @@ async fn poll(shared: Weak<Mutex<Shared>>, mut schedule: Schedule) {
         let Ok(found) = tokio::task::spawn_blocking(move || lock(&shared).look().1).await else {
             return;
         };
-        // Never spend more than half the time reading the table.
-        wait = schedule.next(found > 0).max(began.elapsed());
+        // Never spend more than a quarter of the time reading the table: on a busy Mac one
+        // `ps` alone takes tens of milliseconds.
+        wait = schedule.next(found > 0).max(began.elapsed() * 3);
     }
 }
 
