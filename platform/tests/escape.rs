@@ -81,7 +81,7 @@ fn caught(t: Trial) -> bool {
                 let snap = table.snapshot().unwrap();
                 let o = tracker.observe(&snap, adopter);
                 seen.lock().unwrap().extend(o.members.iter().map(|e| e.pid));
-                let wait = schedule.next(o.recorded > 0).max(began.elapsed());
+                let wait = schedule.next(o.recorded > 0).max(began.elapsed() * 3);
                 let until = Instant::now() + wait;
                 while Instant::now() < until {
                     if stop.load(Ordering::SeqCst) {
