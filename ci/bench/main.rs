@@ -1,13 +1,14 @@
 //! `reaper-bench`: what containment costs and how fast the tree dies, side by side in one run.
 //!
 //! ```text
-//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR]
+//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]
 //! ```
 //!
 //! Prints a markdown report on stdout. With `--out FILE`, also puts it into FILE between the
 //! markers `<!-- bench:begin -->` and `<!-- bench:end -->` (the rest of FILE, hand-written notes,
 //! is kept; without the markers the whole file is the report). `--bin-dir` is where `reaper`,
-//! `reaper-fixture` and `fake-codex` are (default: next to this binary). `ci/bench.sh` builds
+//! `reaper-fixture` and `fake-codex` are (default: next to this binary). `--alt-reaper` adds rows
+//! for another reaper build (a patch under test) beside the first, measured in the same rounds. `ci/bench.sh` builds
 //! them in release mode and runs this; `--quick` is its smoke version for `ci/test.sh`.
 //!
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
@@ -28,11 +29,16 @@ use std::time::Instant;
 use stats::{cell, num, ratio, Summary};
 use teardown::{Scenario, Stopper};
 
+/// Appended to the rows of the `--alt-reaper` build.
+pub const ALT: &str = " — alt build";
+
 /// Paths and handles every part of the benchmark uses.
 pub struct Setup {
     pub reaper: PathBuf,
     pub fixture: PathBuf,
     pub fake_codex: PathBuf,
+    /// `--alt-reaper`: another build of reaper, benchmarked beside the first in the same run.
+    pub alt_reaper: Option<PathBuf>,
     pub timeout_bin: String,
     pub null: File,
     pub cgroup: Option<sys::CgroupHome>,
@@ -97,7 +103,7 @@ impl Plan {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR]");
+    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]");
     std::process::exit(2)
 }
 
@@ -105,11 +111,19 @@ fn main() {
     let mut quick = false;
     let mut out: Option<PathBuf> = None;
     let mut bin_dir: Option<PathBuf> = None;
+    let mut alt: Option<PathBuf> = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
         match a.to_str() {
             Some("--quick") => quick = true,
             Some("--out") => out = Some(args.next().unwrap_or_else(|| usage("--out FILE")).into()),
+            Some("--alt-reaper") => {
+                alt = Some(
+                    args.next()
+                        .unwrap_or_else(|| usage("--alt-reaper PATH"))
+                        .into(),
+                )
+            }
             Some("--bin-dir") => {
                 bin_dir = Some(args.next().unwrap_or_else(|| usage("--bin-dir DIR")).into())
             }
@@ -123,7 +137,10 @@ fn main() {
             .unwrap_or_else(|| usage("cannot tell where the binaries are; pass --bin-dir"))
     });
     let setup = match setup(&bin_dir) {
-        Ok(s) => s,
+        Ok(s) => Setup {
+            alt_reaper: alt,
+            ..s
+        },
         Err(e) => {
             eprintln!("reaper-bench: {e}");
             std::process::exit(2)
@@ -163,6 +180,7 @@ fn setup(bin_dir: &Path) -> Result<Setup, String> {
         reaper: find("reaper")?,
         fixture: find("reaper-fixture")?,
         fake_codex: find("fake-codex")?,
+        alt_reaper: None,
         timeout_bin: timeout_bin.to_string_lossy().into_owned(),
         null: sys::dev_null().map_err(|e| format!("/dev/null: {e}"))?,
         cgroup: sys::CgroupHome::find(),
@@ -205,9 +223,16 @@ fn run(s: &Setup, plan: &Plan) -> String {
     progress("cgroup mechanisms, one at a time", t0);
     let mech = mech::bench(s, plan.mech_samples);
 
-    let mut stoppers = vec![Stopper::Reaper("cgroup"), Stopper::Reaper("subreaper")];
-    if pgid.is_ok() {
-        stoppers.push(Stopper::Reaper("pgid"));
+    let mut stoppers = Vec::new();
+    for alt in [false, true] {
+        if alt && s.alt_reaper.is_none() {
+            continue;
+        }
+        stoppers.push(Stopper::Reaper("cgroup", alt));
+        stoppers.push(Stopper::Reaper("subreaper", alt));
+        if pgid.is_ok() {
+            stoppers.push(Stopper::Reaper("pgid", alt));
+        }
     }
     stoppers.push(Stopper::Killpg);
     stoppers.push(Stopper::CgroupKill);
@@ -315,6 +340,15 @@ fn header(r: &mut String, s: &Setup, plan: &Plan, m: &Machine, t0: Instant) {
         env("REAPER_BENCH_RUSTC"),
         t0.elapsed().as_secs_f64()
     );
+    if let Some(alt) = &s.alt_reaper {
+        let _ = writeln!(
+            r,
+            "Rows marked \"{}\" run `{}`, another build benchmarked beside the first in \
+             the same rounds.\n",
+            ALT.trim_start_matches([' ', '—']),
+            alt.display()
+        );
+    }
     let _ = writeln!(r, "| machine | |\n|---|---|");
     let _ = writeln!(r, "| cores | {} |", m.cores);
     let _ = writeln!(r, "| CPU | {} |", m.cpu);
@@ -586,11 +620,8 @@ fn goals_section(
     let mut goal = |g: &str, measured: String, ok: Option<bool>| {
         let _ = writeln!(r, "| {g} | {measured} | {} |", verdict(ok));
     };
-    for row in sp
-        .rows
-        .iter()
-        .filter(|x| x.name.starts_with("`reaper run`"))
-    {
+    let ours = |name: &str| name.starts_with("`reaper run`") && !name.ends_with(ALT);
+    for row in sp.rows.iter().filter(|x| ours(&x.name)) {
         goal(
             &format!(
                 "spawn cost within 1.5× `timeout 60 /bin/true`: {}",
@@ -604,10 +635,7 @@ fn goals_section(
         .iter()
         .find(|t| t.first().is_some_and(|x| x.scenario == "tree of 1000"))
     {
-        for row in rows
-            .iter()
-            .filter(|x| x.stopper.starts_with("`reaper run`"))
-        {
+        for row in rows.iter().filter(|x| ours(&x.stopper)) {
             goal(
                 &format!(
                     "1000-process teardown under 50 ms, zero survivors: {}",

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::stats::Summary;
 use crate::sys::{self, BenchCgroup, Cmd, Join, Stdio};
-use crate::Setup;
+use crate::{Setup, ALT};
 
 /// One way of running `/bin/true`.
 struct Variant {
@@ -119,36 +119,41 @@ fn variants(s: &Setup) -> Vec<Variant> {
         );
     }
 
-    let reaper = s.reaper.to_string_lossy().into_owned();
-    for (name, flags) in [
-        (
-            "`reaper run` cgroup backend",
-            &["--containment", "cgroup"][..],
-        ),
-        (
-            "`reaper run` cgroup backend, `--no-guardian`",
-            &["--containment", "cgroup", "--no-guardian"][..],
-        ),
-        (
-            "`reaper run` subreaper backend",
-            &["--containment", "subreaper"][..],
-        ),
-        ("`reaper run` pgid backend", &["--containment", "pgid"][..]),
-    ] {
-        let mut argv = vec![reaper.as_str(), "run", "--quiet"];
-        argv.extend_from_slice(flags);
-        argv.extend_from_slice(&["--", t]);
-        let io = stdio(s);
-        let cmd = Cmd::new(&argv);
-        add(
-            name,
-            Box::new(move || {
-                let r = run_plain(&cmd, Join::Nothing, &io);
-                // The guardian may outlive reaper by a moment and reparent to us.
-                sys::reap_strays();
-                r
-            }),
-        );
+    let mut builds = vec![(s.reaper.to_string_lossy().into_owned(), "")];
+    if let Some(alt) = &s.alt_reaper {
+        builds.push((alt.to_string_lossy().into_owned(), ALT));
+    }
+    for (reaper, suffix) in &builds {
+        for (name, flags) in [
+            (
+                "`reaper run` cgroup backend",
+                &["--containment", "cgroup"][..],
+            ),
+            (
+                "`reaper run` cgroup backend, `--no-guardian`",
+                &["--containment", "cgroup", "--no-guardian"][..],
+            ),
+            (
+                "`reaper run` subreaper backend",
+                &["--containment", "subreaper"][..],
+            ),
+            ("`reaper run` pgid backend", &["--containment", "pgid"][..]),
+        ] {
+            let mut argv = vec![reaper.as_str(), "run", "--quiet"];
+            argv.extend_from_slice(flags);
+            argv.extend_from_slice(&["--", t]);
+            let io = stdio(s);
+            let cmd = Cmd::new(&argv);
+            add(
+                &format!("{name}{suffix}"),
+                Box::new(move || {
+                    let r = run_plain(&cmd, Join::Nothing, &io);
+                    // The guardian may outlive reaper by a moment and reparent to us.
+                    sys::reap_strays();
+                    r
+                }),
+            );
+        }
     }
     v
 }

@@ -23,7 +23,7 @@ use libc::pid_t;
 
 use crate::stats::Summary;
 use crate::sys::{self, BenchCgroup, Cmd, Join, Stdio, TempDir};
-use crate::Setup;
+use crate::{Setup, ALT};
 
 /// What the fixture builds.
 #[derive(Clone, Copy)]
@@ -56,8 +56,8 @@ impl Scenario {
 /// Who stops the tree.
 #[derive(Clone, Debug)]
 pub enum Stopper {
-    /// `reaper run --containment BACKEND --grace 0`.
-    Reaper(&'static str),
+    /// `reaper run --containment BACKEND --grace 0`, of the alternative build when `true`.
+    Reaper(&'static str, bool),
     Killpg,
     CgroupKill,
 }
@@ -65,7 +65,9 @@ pub enum Stopper {
 impl Stopper {
     pub fn label(&self) -> String {
         match self {
-            Stopper::Reaper(b) => format!("`reaper run` {b} backend"),
+            Stopper::Reaper(b, alt) => {
+                format!("`reaper run` {b} backend{}", if *alt { ALT } else { "" })
+            }
             Stopper::Killpg => "`killpg(SIGKILL)` of the leader's group".into(),
             Stopper::CgroupKill => {
                 "floor: `cgroup.kill` + wait for `populated 0` + reap + rmdir".into()
@@ -166,9 +168,13 @@ fn once(s: &Setup, stopper: &Stopper, sc: Scenario) -> Result<Sample, String> {
     let fixture = fixture_argv(s, &dir, sc);
     let mut cgroup = None;
     let (argv, join) = match stopper {
-        Stopper::Reaper(backend) => {
+        Stopper::Reaper(backend, alt) => {
+            let reaper = match (alt, &s.alt_reaper) {
+                (true, Some(a)) => a,
+                _ => &s.reaper,
+            };
             let mut v: Vec<String> = [
-                s.reaper.to_string_lossy().as_ref(),
+                reaper.to_string_lossy().as_ref(),
                 "run",
                 "--quiet",
                 "--grace",
@@ -255,7 +261,7 @@ fn stop_and_measure(
     if let Scenario::Tree(_) = sc {
         let built = sys::read_pids(&dir.join("pids"));
         let leader = match stopper {
-            Stopper::Reaper(_) => built.first().map(|p| p.0).unwrap_or(pid),
+            Stopper::Reaper(..) => built.first().map(|p| p.0).unwrap_or(pid),
             _ => pid,
         };
         in_group = built
@@ -273,7 +279,7 @@ fn stop_and_measure(
 
     let t0 = Instant::now();
     let done = match stopper {
-        Stopper::Reaper(_) => {
+        Stopper::Reaper(..) => {
             sys::pidfd_signal(pidfd, libc::SIGTERM).map_err(|e| format!("SIGTERM: {e}"))?;
             let st = sys::wait(pid).map_err(|e| e.to_string())?;
             let t = t0.elapsed();
