@@ -239,6 +239,7 @@ pub struct McpResult {
     pub exit_ms: Option<Summary>,
     pub call_median_ms: Option<Summary>,
     pub call_p95_ms: Option<Summary>,
+    pub call_alone_ms: Option<Summary>,
     pub direct_median_ms: Option<Summary>,
     pub call_vs_direct: Option<Summary>,
     pub rss_after_calls_mib: Option<Summary>,
@@ -260,6 +261,8 @@ pub struct McpPlan {
     pub calls: usize,
     pub parallel: usize,
     pub parallel_rounds: usize,
+    /// Calls per session made one at a time after an idle pause.
+    pub alone_calls: usize,
     pub bulk_mib: u64,
     pub bulk_reps: usize,
 }
@@ -293,7 +296,7 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
     // Sequential calls, interleaved with the same fake run directly; then parallel rounds.
     let (mut med, mut p95, mut direct, mut ratio, mut rss, mut hwm) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let (mut pwall, mut pmax) = (vec![], vec![]);
+    let (mut pwall, mut pmax, mut alone) = (vec![], vec![], vec![]);
     for _ in 0..plan.sessions {
         let r = (|| -> Result<(), String> {
             let (mut srv, _) = Server::spawn(s)?;
@@ -311,6 +314,11 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
             ratio.push(m / d);
             rss.push(mib(srv.kib("VmRSS:")));
             hwm.push(mib(srv.kib("VmHWM:")));
+            // Real calls come seconds or minutes apart: a few after an idle pause each.
+            for _ in 0..plan.alone_calls {
+                std::thread::sleep(Duration::from_millis(50));
+                alone.push(srv.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
+            }
             for _ in 0..plan.parallel_rounds {
                 let t0 = Instant::now();
                 for _ in 0..plan.parallel {
@@ -373,6 +381,7 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
         exit_ms: Summary::of(&exit),
         call_median_ms: Summary::of(&med),
         call_p95_ms: Summary::of(&p95),
+        call_alone_ms: Summary::of(&alone),
         direct_median_ms: Summary::of(&direct),
         call_vs_direct: Summary::of(&ratio),
         rss_after_calls_mib: Summary::of(&rss),

@@ -17,6 +17,8 @@ struct Variant {
     run: Box<dyn FnMut() -> Result<(), String>>,
     /// µs per run, one figure per round.
     per_run: Vec<f64>,
+    /// µs of single runs, each after an idle pause, one per round.
+    alone: Vec<f64>,
     unavailable: Option<String>,
 }
 
@@ -25,6 +27,9 @@ pub struct SpawnRow {
     pub us: Option<Summary>,
     pub vs_bare: Option<Summary>,
     pub vs_timeout: Option<Summary>,
+    /// One run alone after an idle pause, and its ratio to `timeout 60` alone.
+    pub alone_us: Option<Summary>,
+    pub alone_vs_timeout: Option<Summary>,
     pub vs_cgroup_floor: Option<Summary>,
     pub note: Option<String>,
 }
@@ -34,6 +39,7 @@ pub struct SpawnResult {
     pub runs_per_variant: usize,
     pub rounds: usize,
     pub batch: usize,
+    pub alone: usize,
 }
 
 /// Indices of the rows the ratios refer to.
@@ -68,6 +74,7 @@ fn variants(s: &Setup) -> Vec<Variant> {
             name: name.into(),
             run,
             per_run: Vec::new(),
+            alone: Vec::new(),
             unavailable: None,
         })
     };
@@ -204,7 +211,11 @@ pub fn inotify_watch(path: &Path) -> Result<std::os::fd::OwnedFd, String> {
     }
 }
 
-pub fn bench(s: &Setup, rounds: usize, batch: usize) -> SpawnResult {
+/// Before each single run: long enough for the RCU state a previous run left to settle, as
+/// between two commands a person or a CI script runs.
+const ALONE_PAUSE: std::time::Duration = std::time::Duration::from_millis(50);
+
+pub fn bench(s: &Setup, rounds: usize, batch: usize, alone: usize) -> SpawnResult {
     let mut vs = variants(s);
     // One warm-up run each: page cache, and whether the variant works here at all.
     for v in vs.iter_mut() {
@@ -235,18 +246,29 @@ pub fn bench(s: &Setup, rounds: usize, batch: usize) -> SpawnResult {
         }
         sys::reap_strays();
     }
-    let ratio_to = |v: &Variant, base: &Variant| -> Option<Summary> {
-        if base.per_run.len() != v.per_run.len() {
+    for round in 0..alone {
+        let n = vs.len();
+        for k in 0..n {
+            let v = &mut vs[(k + round) % n];
+            if v.unavailable.is_some() {
+                continue;
+            }
+            std::thread::sleep(ALONE_PAUSE);
+            let t0 = Instant::now();
+            match (v.run)() {
+                Ok(()) => v.alone.push(t0.elapsed().as_secs_f64() * 1e6),
+                Err(e) => v.unavailable = Some(format!("failed alone: {e}")),
+            }
+        }
+        sys::reap_strays();
+    }
+    let paired = |a: &[f64], b: &[f64]| -> Option<Summary> {
+        if a.len() != b.len() {
             return None;
         }
-        let r: Vec<f64> = v
-            .per_run
-            .iter()
-            .zip(&base.per_run)
-            .map(|(a, b)| a / b)
-            .collect();
-        Summary::of(&r)
+        Summary::of(&a.iter().zip(b).map(|(x, y)| x / y).collect::<Vec<_>>())
     };
+    let ratio_to = |v: &Variant, base: &Variant| paired(&v.per_run, &base.per_run);
     let rows = vs
         .iter()
         .enumerate()
@@ -258,6 +280,8 @@ pub fn bench(s: &Setup, rounds: usize, batch: usize) -> SpawnResult {
                 us: ok.then(|| Summary::of(&v.per_run)).flatten(),
                 vs_bare: ok.then(|| ratio_to(v, &vs[BARE])).flatten(),
                 vs_timeout: ok.then(|| ratio_to(v, &vs[TIMEOUT])).flatten(),
+                alone_us: ok.then(|| Summary::of(&v.alone)).flatten(),
+                alone_vs_timeout: ok.then(|| paired(&v.alone, &vs[TIMEOUT].alone)).flatten(),
                 vs_cgroup_floor: (ok && is_cgroup && i > CGROUP_FLOOR)
                     .then(|| ratio_to(v, &vs[CGROUP_FLOOR]))
                     .flatten(),
@@ -270,5 +294,6 @@ pub fn bench(s: &Setup, rounds: usize, batch: usize) -> SpawnResult {
         runs_per_variant: rounds * batch,
         rounds,
         batch,
+        alone,
     }
 }
