@@ -189,6 +189,38 @@ pub fn reap_strays() -> usize {
     }
 }
 
+/// Reaps one member of process group `pgid`, blocking. `None` when none is left (ECHILD).
+pub fn wait_group(pgid: pid_t) -> Option<pid_t> {
+    let mut st: c_int = 0;
+    loop {
+        // SAFETY: plain syscall with a valid out pointer.
+        let r = unsafe { libc::waitpid(-pgid, &mut st, 0) };
+        if r > 0 {
+            return Some(r);
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
+}
+
+/// Waits (up to `limit`) until this process has no children left, reaping them: the guardian of
+/// a reaper that just exited may still be finishing, reparented here. Returns whether it has none.
+pub fn settle_children(limit: Duration) -> bool {
+    let me = std::process::id() as pid_t;
+    let deadline = Instant::now() + limit;
+    loop {
+        reap_strays();
+        if children(me).is_empty() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// "exit 0" for a raw wait status.
 pub fn exited_ok(st: c_int) -> bool {
     libc::WIFEXITED(st) && libc::WEXITSTATUS(st) == 0

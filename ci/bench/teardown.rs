@@ -199,7 +199,10 @@ fn once(s: &Setup, stopper: &Stopper, sc: Scenario) -> Result<Sample, String> {
             (fixture, Join::Clone3(dirfd))
         }
     };
-    sys::reap_strays();
+    // Nobody else may be our child: the floor reaps "every child" as the tree's members.
+    if !sys::settle_children(Duration::from_secs(5)) {
+        return Err("children of an earlier run are still alive".into());
+    }
     let cmd = Cmd::new(&argv);
     let pid = sys::spawn(&cmd, join, &io).map_err(|e| format!("spawn: {e}"))?;
     let pidfd = sys::pidfd_open(pid).map_err(|e| format!("pidfd_open: {e}"))?;
@@ -291,17 +294,13 @@ fn stop_and_measure(
         }
         Stopper::Killpg => {
             sys::killpg(pid, libc::SIGKILL).map_err(|e| format!("killpg: {e}"))?;
-            if escaped == 0 {
-                // Everything was in the group: reap until there is nobody left.
-                while sys::wait_any().is_some() {}
-            } else {
-                let mut left = in_group.clone();
-                while !left.is_empty() {
-                    match sys::wait_any() {
-                        Some(p) => {
-                            left.remove(&p);
-                        }
-                        None => break,
+            // Reap the group (setsid'd escapees are not in it and live on).
+            let mut left = in_group.len();
+            while let Some(p) = sys::wait_group(pid) {
+                if escaped > 0 && in_group.contains(&p) {
+                    left -= 1;
+                    if left == 0 {
+                        break;
                     }
                 }
             }
