@@ -2,15 +2,33 @@
 //!
 //! Nothing here decides how long to wait, which signal to send first or when to escalate;
 //! callers pass deadlines and signals in. Every cgroupfs access goes through [`linux::cgroupfs`],
-//! every signal through [`linux::signal`].
+//! every signal through [`signal`], every reap through [`reap`].
+//!
+//! Linux and macOS. The run layer uses the portable part ([`process`], [`signal`], [`reap`],
+//! [`tracker`]); cgroups, pidfds and the subreaper are in [`linux`], and [`macos`] is only
+//! what macOS does differently (and is compiled, never run, in CI).
 
+pub mod errno;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "macos")]
 pub mod macos;
+pub mod process;
+pub mod reap;
+pub mod signal;
 pub mod tracker;
 
+use std::os::fd::OwnedFd;
+
 pub use rustix::process::{Pid, Signal};
+use tokio::io::unix::AsyncFd;
+
+/// Registers an owned fd (pidfd, inotify, kqueue) with tokio's reactor for readability.
+pub(crate) fn async_readable(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which owns it until dropped, so the raw
+    // fd stays open and names the same file description for the registration's whole life.
+    Ok(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?)
+}
 
 /// How a process ended, as `waitid(2)` reports it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

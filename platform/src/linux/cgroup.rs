@@ -154,7 +154,7 @@ impl Cgroup {
         let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
             .map_err(err)?;
         inotify::add_watch(&fd, &path, inotify::WatchFlags::MODIFY).map_err(err)?;
-        let fd = super::async_readable(fd).map_err(|e| CgroupFsError::new(Op::Watch, &path, e))?;
+        let fd = crate::async_readable(fd).map_err(|e| CgroupFsError::new(Op::Watch, &path, e))?;
         Ok(EventsWatch { fd })
     }
 }

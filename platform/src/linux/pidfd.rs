@@ -40,7 +40,7 @@ impl Pidfd {
 
     /// Resolves once the process has exited (the pidfd polls readable, pidfd_open(2)).
     pub async fn exited(&self) -> std::io::Result<()> {
-        let fd = super::async_readable(self.fd.try_clone()?)?;
+        let fd = crate::async_readable(self.fd.try_clone()?)?;
         let _ready = fd.readable().await?;
         Ok(())
     }
@@ -50,6 +50,19 @@ impl Pidfd {
         use rustix::event::{poll, PollFd, PollFlags};
         let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
         matches!(poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
+    }
+
+    /// Whether any of the processes has exited: one non-blocking poll(2) on all their pidfds.
+    /// An error (EINTR, ENOMEM) also answers `true`: it only means "look again".
+    pub fn any_exited(fds: &[Pidfd]) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let mut polled: Vec<PollFd<'_>> =
+            fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
+        let now = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        !matches!(poll(&mut polled, Some(&now)), Ok(0))
     }
 }
 

@@ -8,27 +8,8 @@ use std::path::PathBuf;
 
 use rustix::process::Pid;
 
-/// The fields of `/proc/PID/stat` reaper uses (proc(5)).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcStat {
-    pub pid: i32,
-    /// `comm`: the executable name, at most 15 bytes, may contain spaces and parentheses.
-    pub comm: String,
-    /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, …
-    pub state: char,
-    pub ppid: i32,
-    pub pgid: i32,
-    pub sid: i32,
-    /// Clock ticks after boot at which the process started (field 22).
-    pub starttime: u64,
-}
-
-impl ProcStat {
-    /// A zombie (or a dead entry) has exited: it is not a survivor.
-    pub fn is_dead(&self) -> bool {
-        matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
+/// The fields of `/proc/PID/stat` reaper uses (proc(5)), in the portable shape.
+pub use crate::process::ProcStat;
 
 /// Parses `/proc/PID/stat`. `comm` is the text between the first `(` and the *last* `)`: a
 /// process can name itself `a) R 1 (b`.

@@ -50,6 +50,20 @@ pub struct ProcEntry {
     pub comm: String,
 }
 
+impl From<crate::process::ProcStat> for ProcEntry {
+    fn from(s: crate::process::ProcStat) -> Self {
+        ProcEntry {
+            zombie: s.is_dead(),
+            pid: s.pid,
+            ppid: s.ppid,
+            pgid: s.pgid,
+            sid: s.sid,
+            starttime: s.starttime,
+            comm: s.comm,
+        }
+    }
+}
+
 /// Where snapshots of the process table come from.
 pub trait ProcessTable: Send {
     /// Every process on the machine. An error means the table could not be read at all; the

@@ -18,7 +18,7 @@ impl ProcessTable for ProcTable {
             // A process that exited since the listing has no stat file any more: it is simply
             // not in this snapshot.
             .filter_map(|pid| procfs::stat(pid).ok())
-            .map(entry)
+            .map(ProcEntry::from)
             .collect();
         super::sanity_check(&rows, "/proc")?;
         Ok(rows)
@@ -26,7 +26,7 @@ impl ProcessTable for ProcTable {
 
     fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcEntry>> {
         match procfs::stat(pid) {
-            Ok(s) => Ok(Some(entry(s))),
+            Ok(s) => Ok(Some(s.into())),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -34,18 +34,6 @@ impl ProcessTable for ProcTable {
 
     fn name(&self) -> &'static str {
         "/proc"
-    }
-}
-
-fn entry(s: procfs::ProcStat) -> ProcEntry {
-    ProcEntry {
-        zombie: s.is_dead(),
-        pid: s.pid,
-        ppid: s.ppid,
-        pgid: s.pgid,
-        sid: s.sid,
-        starttime: s.starttime,
-        comm: s.comm,
     }
 }
 

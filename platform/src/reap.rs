@@ -4,15 +4,17 @@
 //! `waitid(P_PIDFD)`), and the subreaper duty of reaping orphans that reparented to us
 //! (`waitpid(-1)`). The second would steal the first's status, so both go through one lock and
 //! one table: whoever reaps a registered leader stores its status there for the run to take.
+//!
+//! macOS has no subreaper: no orphan ever becomes reaper's child, so there is nothing to reap
+//! but the leaders, each by its own pid (`waitpid(PID)`). `waitpid(-1)` there would only steal
+//! the status of a child someone else waits for: the `ps` the pgid backend runs.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rustix::process::{Pid, WaitIdOptions, WaitOptions};
+use rustix::process::{Pid, WaitOptions};
 
-use std::os::fd::AsFd;
-
-use super::pidfd::Pidfd;
+use crate::process::Handle;
 use crate::ExitStatus;
 
 /// Leaders being watched, by pid, with their status once reaped. A leader's pid cannot be
@@ -54,18 +56,14 @@ pub fn unregister_leader(pid: Pid) {
 
 /// Reaps the leader if it has exited: `Some(status)` once it has, `None` while it runs.
 /// Idempotent: after the first `Some`, every call returns the same status.
-pub fn try_reap_leader(leader: &Pidfd) -> std::io::Result<Option<ExitStatus>> {
+pub fn try_reap_leader(leader: &Handle) -> std::io::Result<Option<ExitStatus>> {
     let mut table = leaders();
     let key = leader.raw_pid();
     if let Some(Some(status)) = table.get(&key) {
         return Ok(Some(*status));
     }
-    match rustix::process::waitid(
-        rustix::process::WaitId::PidFd(leader.as_fd()),
-        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
-    ) {
-        Ok(Some(st)) => {
-            let status = decode_waitid(&st);
+    match wait_leader_nohang(leader) {
+        Ok(Some(status)) => {
             table.insert(key, Some(status));
             Ok(Some(status))
         }
@@ -76,8 +74,45 @@ pub fn try_reap_leader(leader: &Pidfd) -> std::io::Result<Option<ExitStatus>> {
     }
 }
 
+/// `waitid(P_PIDFD, WEXITED | WNOHANG)`.
+#[cfg(target_os = "linux")]
+fn wait_leader_nohang(leader: &Handle) -> rustix::io::Result<Option<ExitStatus>> {
+    use rustix::process::{WaitId, WaitIdOptions};
+    use std::os::fd::AsFd;
+    rustix::process::waitid(
+        WaitId::PidFd(leader.as_fd()),
+        WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+    )
+    .map(|st| st.as_ref().map(decode_waitid))
+}
+
+/// `waitpid(PID, WNOHANG)`: the leader is our unreaped child, so its pid is still its own.
+#[cfg(not(target_os = "linux"))]
+fn wait_leader_nohang(leader: &Handle) -> rustix::io::Result<Option<ExitStatus>> {
+    rustix::process::waitpid(Some(leader.pid()), WaitOptions::NOHANG)
+        .map(|r| r.map(|(_, st)| decode_wait(st)))
+}
+
 /// Reaps every exited child without blocking; a registered leader's status is kept for its run.
 /// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
+/// macOS: reaps the registered leaders only (see the module docs), and returns 0.
+#[cfg(not(target_os = "linux"))]
+pub fn reap_orphans() -> usize {
+    let mut table = leaders();
+    for (&pid, slot) in table.iter_mut().filter(|(_, s)| s.is_none()) {
+        let Some(p) = Pid::from_raw(pid) else {
+            continue;
+        };
+        if let Ok(Some((_, st))) = rustix::process::waitpid(Some(p), WaitOptions::NOHANG) {
+            *slot = Some(decode_wait(st));
+        }
+    }
+    0
+}
+
+/// Reaps every exited child without blocking; a registered leader's status is kept for its run.
+/// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
+#[cfg(target_os = "linux")]
 pub fn reap_orphans() -> usize {
     let mut table = leaders();
     let mut reaped = 0;
@@ -96,6 +131,7 @@ pub fn reap_orphans() -> usize {
     }
 }
 
+#[cfg(target_os = "linux")]
 fn decode_waitid(st: &rustix::process::WaitIdStatus) -> ExitStatus {
     match (st.exit_status(), st.terminating_signal()) {
         (_, Some(sig)) => ExitStatus::Signal(sig),

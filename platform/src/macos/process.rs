@@ -1,0 +1,233 @@
+//! macOS: one process's facts from `proc_pidinfo(PROC_PIDTBSDINFO)` (libproc, the call `ps`
+//! and Activity Monitor use) plus `getsid(2)`, and the [`Handle`] the run layer watches and
+//! signals a process through. macOS has no pidfd: a handle is the pid with the start time it
+//! had when the handle was opened, checked again before every signal.
+//!
+//! Start times are `pbi_start_tvsec`, seconds since the epoch: the same value `ps -o lstart`
+//! prints, so they compare with the process table's ([`crate::tracker::ps`]).
+
+use std::io;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use rustix::event::kqueue::{kevent, kqueue, Event, EventFilter, EventFlags, ProcessEvents};
+use rustix::process::{Pid, Signal};
+
+use crate::process::ProcStat;
+
+/// A process to watch and signal: its pid and the start time it had when the handle was
+/// opened (`None`: it had already exited then).
+#[derive(Debug)]
+pub struct Handle {
+    pid: Pid,
+    starttime: Option<u64>,
+}
+
+impl Handle {
+    /// A handle on our child `pid`, not yet reaped (so the pid is its own). Never fails; the
+    /// `Result` matches Linux's `pidfd_open`.
+    pub fn open(pid: Pid) -> io::Result<Self> {
+        let raw = pid.as_raw_nonzero().get();
+        // A child that already exited may not be visible to proc_pidinfo any more: it is dead.
+        let starttime = stat(raw).ok().filter(|s| !s.is_dead()).map(|s| s.starttime);
+        Ok(Self { pid, starttime })
+    }
+
+    /// A handle on the process `(pid, starttime)`, or `None` when that process is gone.
+    pub fn open_checked(pid: i32, starttime: u64) -> Option<Self> {
+        let p = Pid::from_raw(pid)?;
+        is_alive(pid, starttime).then_some(Self {
+            pid: p,
+            starttime: Some(starttime),
+        })
+    }
+
+    pub fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    pub fn raw_pid(&self) -> i32 {
+        self.pid.as_raw_nonzero().get()
+    }
+
+    /// Whether the pid still names the live process the handle was opened on.
+    pub fn is_current(&self) -> bool {
+        self.starttime
+            .is_some_and(|st| is_alive(self.raw_pid(), st))
+    }
+
+    /// Resolves once the process has exited: a kqueue with `EVFILT_PROC`/`NOTE_EXIT` for the
+    /// pid, readable when the event fires (kevent(2)). Registering on a process that has
+    /// already exited fails with ESRCH, which is the answer too.
+    pub async fn exited(&self) -> io::Result<()> {
+        if !self.is_current() {
+            return Ok(());
+        }
+        let kq = kqueue()?;
+        let watch = Event::new(
+            EventFilter::Proc {
+                pid: self.pid,
+                flags: ProcessEvents::EXIT,
+            },
+            EventFlags::ADD,
+            std::ptr::null_mut(),
+        );
+        let mut none: [Event; 0] = [];
+        // SAFETY: a process filter names no file descriptor that could close under the kqueue.
+        match unsafe { kevent(&kq, &[watch], &mut none[..], Some(Duration::ZERO)) } {
+            Ok(_) => {}
+            Err(rustix::io::Errno::SRCH) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        }
+        let fd = crate::async_readable(kq)?;
+        let _ready = fd.readable().await?;
+        Ok(())
+    }
+
+    /// Whether the process has exited (or its pid names another process now).
+    pub fn has_exited(&self) -> bool {
+        !self.is_current()
+    }
+
+    /// Whether any of the processes has exited: one `proc_pidinfo` per process.
+    pub fn any_exited(handles: &[Handle]) -> bool {
+        handles.iter().any(Handle::has_exited)
+    }
+}
+
+/// One process's facts. `NotFound` when there is no such process (ESRCH).
+pub fn stat(pid: i32) -> io::Result<ProcStat> {
+    // SAFETY: proc_bsdinfo is plain old data (integers and byte arrays); all zeroes is valid.
+    let mut info: libc::proc_bsdinfo = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::proc_bsdinfo>() as libc::c_int;
+    // SAFETY: the buffer is a live proc_bsdinfo of exactly `size` bytes, as the flavor wants.
+    let got = unsafe {
+        libc::proc_pidinfo(
+            pid,
+            libc::PROC_PIDTBSDINFO,
+            0,
+            (&mut info as *mut libc::proc_bsdinfo).cast(),
+            size,
+        )
+    };
+    if got != size {
+        let e = io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ESRCH) | Some(0) | None => {
+                io::Error::new(io::ErrorKind::NotFound, format!("no process {pid}"))
+            }
+            _ => e,
+        });
+    }
+    let sid = Pid::from_raw(pid)
+        .and_then(|p| rustix::process::getsid(Some(p)).ok())
+        .map_or(0, |s| s.as_raw_nonzero().get());
+    Ok(ProcStat {
+        pid,
+        comm: c_name(&info.pbi_comm),
+        state: match info.pbi_status {
+            1 => 'I', // SIDL: being created
+            2 => 'R', // SRUN
+            4 => 'T', // SSTOP
+            libc::SZOMB => 'Z',
+            _ => 'S', // SSLEEP
+        },
+        ppid: info.pbi_ppid as i32,
+        pgid: info.pbi_pgid as i32,
+        sid,
+        starttime: info.pbi_start_tvsec,
+    })
+}
+
+fn c_name(raw: &[libc::c_char]) -> String {
+    let bytes: Vec<u8> = raw
+        .iter()
+        .take_while(|&&c| c != 0)
+        .map(|&c| c as u8)
+        .collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Whether `(pid, starttime)` is still a live (non-zombie) process.
+pub fn is_alive(pid: i32, starttime: u64) -> bool {
+    matches!(stat(pid), Ok(s) if s.starttime == starttime && !s.is_dead())
+}
+
+/// This process's own `(pid, starttime)`.
+pub fn self_identity() -> io::Result<(i32, u64)> {
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    Ok((pid, stat(pid)?.starttime))
+}
+
+/// The executable's path, when readable (`proc_pidpath(3)`).
+pub fn exe(pid: i32) -> Option<PathBuf> {
+    let mut buf = vec![0u8; libc::PROC_PIDPATHINFO_MAXSIZE as usize];
+    // SAFETY: the buffer is live and as large as the size passed.
+    let n = unsafe { libc::proc_pidpath(pid, buf.as_mut_ptr().cast(), buf.len() as u32) };
+    if n <= 0 {
+        return None;
+    }
+    buf.truncate(n as usize);
+    Some(PathBuf::from(String::from_utf8_lossy(&buf).into_owned()))
+}
+
+/// The command line (`ps -o command=`; empty when it cannot be read).
+pub fn cmdline(pid: i32) -> String {
+    std::process::Command::new("/bin/ps")
+        .args(["-ww", "-o", "command=", "-p", &pid.to_string()])
+        .envs(crate::tracker::ps::ENV.iter().copied())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// How long ago a process started, in seconds.
+pub fn age_secs(starttime: u64) -> Option<f64> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?;
+    Some((now.as_secs_f64() - starttime as f64).max(0.0))
+}
+
+/// Sends `sig` to this process when its parent exits: a thread blocks on a kqueue watching the
+/// parent for `NOTE_EXIT`, then signals. An error if the parent cannot be watched (ESRCH: it
+/// has exited already).
+pub fn set_parent_death_signal(sig: Signal) -> io::Result<()> {
+    let parent = rustix::process::getppid()
+        .ok_or_else(|| io::Error::other("reaper has no parent process to watch"))?;
+    let kq = kqueue()?;
+    let watch = Event::new(
+        EventFilter::Proc {
+            pid: parent,
+            flags: ProcessEvents::EXIT,
+        },
+        EventFlags::ADD,
+        std::ptr::null_mut(),
+    );
+    let mut none: [Event; 0] = [];
+    // SAFETY: a process filter names no file descriptor that could close under the kqueue.
+    unsafe { kevent(&kq, &[watch], &mut none[..], Some(Duration::ZERO)) }?;
+    std::thread::Builder::new()
+        .name("parent-death".into())
+        .spawn(move || loop {
+            let mut fired: Vec<Event> = Vec::with_capacity(1);
+            // SAFETY: as above; the kqueue lives as long as this thread.
+            match unsafe { kevent(&kq, &[], rustix::buffer::spare_capacity(&mut fired), None) } {
+                Ok(_) if !fired.is_empty() => {
+                    if let Err(e) = crate::signal::to_self(sig) {
+                        tracing::warn!("reaper's parent exited, but signalling reaper failed: {e}");
+                    }
+                    return;
+                }
+                Ok(_) | Err(rustix::io::Errno::INTR) => {}
+                Err(e) => {
+                    tracing::warn!("cannot watch reaper's parent any more: {e}");
+                    return;
+                }
+            }
+        })?;
+    Ok(())
+}

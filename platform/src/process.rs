@@ -1,0 +1,54 @@
+//! One process, the way the run layer sees it on every platform: a [`Handle`] to watch and
+//! signal it, and the facts about it that reports name it by.
+//!
+//! | platform | `Handle`                                        | facts from                     |
+//! |----------|-------------------------------------------------|--------------------------------|
+//! | Linux    | a pidfd: a reused pid cannot redirect it        | `/proc/PID/stat`               |
+//! | macOS    | the pid, its start time checked before a signal | `proc_pidinfo(2)`, `getsid(2)` |
+//!
+//! A pid alone names a process only until it is reaped; `(pid, starttime)` names it for good,
+//! so everything that remembers a process remembers both.
+
+#[cfg(target_os = "linux")]
+pub use crate::linux::pidfd::Pidfd as Handle;
+#[cfg(target_os = "linux")]
+pub use crate::linux::procfs::{age_secs, cmdline, exe, is_alive, self_identity, stat};
+
+#[cfg(target_os = "macos")]
+pub use crate::macos::process::{age_secs, cmdline, exe, is_alive, self_identity, stat, Handle};
+
+/// The facts about one process reaper uses (on Linux the fields of `/proc/PID/stat`, proc(5)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProcStat {
+    pub pid: i32,
+    /// The executable name (Linux: at most 15 bytes, may contain spaces and parentheses).
+    pub comm: String,
+    /// `R`, `S`, `D`, `T`, `t`, `Z`, `X`, `I`, …
+    pub state: char,
+    pub ppid: i32,
+    pub pgid: i32,
+    pub sid: i32,
+    /// When the process started: clock ticks after boot on Linux (field 22), seconds since the
+    /// epoch on macOS. Only compared with values from the same platform.
+    pub starttime: u64,
+}
+
+impl ProcStat {
+    /// A zombie (or a dead entry) has exited: it is not a survivor.
+    pub fn is_dead(&self) -> bool {
+        matches!(self.state, 'Z' | 'X' | 'x')
+    }
+}
+
+/// Asks for `sig` to be sent to this process when its parent exits; the caller then checks
+/// that the parent did not exit before the call (it is only sent for a death *after* it).
+/// Linux: `PR_SET_PDEATHSIG` (prctl(2)). macOS: a thread waiting on the parent's exit
+/// (kqueue `EVFILT_PROC`/`NOTE_EXIT`), which then signals this process.
+#[cfg(target_os = "linux")]
+pub fn set_parent_death_signal(sig: crate::Signal) -> std::io::Result<()> {
+    rustix::process::set_parent_process_death_signal(Some(sig))?;
+    Ok(())
+}
+
+#[cfg(target_os = "macos")]
+pub use crate::macos::process::set_parent_death_signal;
