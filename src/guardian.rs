@@ -27,6 +27,9 @@ use reaper_platform::linux::procfs;
 
 use crate::containment::setup;
 
+/// Once reaper is dead, how long the guardian waits for its pipe to reach EOF.
+const EOF_AFTER_DEATH: Duration = Duration::from_millis(200);
+
 /// How long the guardian waits for a killed cgroup to empty before removing what it can.
 const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 
@@ -107,60 +110,61 @@ impl Guardian {
 }
 
 /// The guardian process itself (`reaper guardian PID STARTTIME`, started by [`Guardian::spawn`]).
+///
+/// It reads records until its stdin reaches EOF: reaper's end of the pipe closes when reaper
+/// exits, however it exits (the pipe is close-on-exec, so no descendant keeps it). Whatever is
+/// still watched then was not removed by reaper — it died, or it finished without being able to
+/// clean up (survivors, a panicking call) — and is taken over. The pidfd on reaper bounds the
+/// wait for that EOF once reaper is known to be dead.
 pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
-    let Some(reaper) = Pidfd::open_checked(reaper_pid, reaper_start) else {
-        // reaper died before we could watch it; it had not told us of any cgroup yet.
-        return 0;
-    };
+    use rustix::event::{poll, PollFd, PollFlags};
+    // None: reaper already died before we could watch it; its records are still in the pipe.
+    let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
     let mut watched: Vec<PathBuf> = Vec::new();
-    let mut stdin = std::io::stdin().lock();
+    let stdin = std::io::stdin();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    let finished_cleanly = loop {
-        use rustix::event::{poll, PollFd, PollFlags};
-        let stdin_fd = std::io::stdin();
-        let mut fds = [
-            PollFd::new(&reaper, PollFlags::IN),
-            PollFd::new(&stdin_fd, PollFlags::IN),
-        ];
-        if let Err(e) = poll(&mut fds, None) {
-            if e == rustix::io::Errno::INTR {
-                continue;
+    let mut reaper_dead_since: Option<std::time::Instant> = reaper.is_none().then(std::time::Instant::now);
+    loop {
+        let timeout = reaper_dead_since.map(|_| rustix::time::Timespec { tv_sec: 0, tv_nsec: 50_000_000 });
+        let ready = {
+            let mut fds = vec![PollFd::new(&stdin, PollFlags::IN)];
+            if let (Some(r), None) = (&reaper, reaper_dead_since) {
+                fds.push(PollFd::new(r, PollFlags::IN));
             }
-            break false;
+            match poll(&mut fds, timeout.as_ref()) {
+                Ok(_) => (!fds[0].revents().is_empty(), fds.get(1).is_some_and(|f| !f.revents().is_empty())),
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(_) => break,
+            }
+        };
+        if ready.1 {
+            reaper_dead_since = Some(std::time::Instant::now());
         }
-        let reaper_gone = !fds[0].revents().is_empty();
-        if !fds[1].revents().is_empty() {
-            let n = stdin.read(&mut chunk).unwrap_or(0);
+        if ready.0 {
+            let n = (&stdin).read(&mut chunk).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
             buf.extend_from_slice(&chunk[..n]);
-            let mut done = false;
             while let Some(end) = buf.iter().position(|&b| b == 0) {
                 let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
                 match rec.split_first() {
-                    Some((b'+', p)) => {
-                        watched.push(PathBuf::from(String::from_utf8_lossy(p).into_owned()))
-                    }
+                    Some((b'+', p)) => watched.push(PathBuf::from(String::from_utf8_lossy(p).into_owned())),
                     Some((b'-', p)) => {
                         let p = PathBuf::from(String::from_utf8_lossy(p).into_owned());
                         watched.retain(|w| *w != p);
                     }
-                    _ if rec == b"done" => done = true,
-                    _ => {}
+                    _ => {} // `done`, or anything unknown: EOF follows
                 }
             }
-            if done {
-                break true;
-            }
-            if n == 0 {
-                // EOF without `done`: reaper's end of the pipe closed, so reaper is dead.
-                break false;
-            }
+        } else if reaper_dead_since.is_some_and(|t| t.elapsed() >= EOF_AFTER_DEATH) {
+            // reaper is dead but something still holds the pipe (a child between fork and
+            // exec): do not wait for it.
+            break;
         }
-        if reaper_gone {
-            break false;
-        }
-    };
-    if finished_cleanly || watched.is_empty() {
+    }
+    if watched.is_empty() {
         return 0;
     }
     take_over(&watched)
@@ -168,6 +172,10 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
 
 /// reaper died mid-run: kill and remove every cgroup it told us about.
 fn take_over(cgroups: &[PathBuf]) -> u8 {
+    // Kill every tree first, then wait and remove: one slow cgroup must not delay the others.
+    for path in cgroups {
+        let _ = reaper_platform::linux::signal::to_cgroup_kill(&Cgroup::at(path));
+    }
     let Ok(rt) = crate::cli::runtime() else {
         return 1;
     };
@@ -175,14 +183,12 @@ fn take_over(cgroups: &[PathBuf]) -> u8 {
         let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
         let mut failed = false;
         for path in cgroups {
-            if let Err(e) = setup::remove_tree(&Cgroup::at(path), deadline).await {
-                eprintln!("reaper guardian: {e}");
-                failed = true;
-            } else {
-                eprintln!(
-                    "reaper guardian: reaper died; killed and removed {}",
-                    path.display()
-                );
+            match setup::remove_tree(&Cgroup::at(path), deadline).await {
+                Ok(()) => say!("reaper guardian: reaper is gone; killed and removed {}", path.display()),
+                Err(e) => {
+                    say!("reaper guardian: {e}");
+                    failed = true;
+                }
             }
         }
         u8::from(failed)

@@ -1,7 +1,29 @@
 //! reaper: run a command so that nothing it starts outlives it.
 
+/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
+/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
+/// be torn down.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+/// The same for stdout (`reaper doctor | head -1` must not panic).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 mod cli;
 mod containment;
+#[cfg(target_os = "linux")]
+mod guardian;
+#[cfg(not(target_os = "linux"))]
+#[path = "no_guardian.rs"]
 mod guardian;
 mod mcp;
 mod run;

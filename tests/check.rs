@@ -334,3 +334,23 @@ fn keep_leaves_survivors_running_and_says_where() {
         assert!(!std::path::Path::new(cg).exists());
     }
 }
+
+/// SIGTERM to `reaper check` while CMD runs: the tree is stopped, and the check says it could
+/// not run (exit 2).
+#[test]
+fn a_signal_to_check_stops_the_tree_and_exits_2() {
+    let t = Tree::new();
+    let mut child = reaper()
+        .args(["check", "--containment", "subreaper", "--"])
+        .args(t.fixture(&["setsid-grandchild"]))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    t.wait_ready(Duration::from_secs(10));
+    signal_child(&child, rustix::process::Signal::TERM);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reaper got SIGTERM; stopped CMD and everything it started"));
+    t.assert_all_dead("check signalled");
+}

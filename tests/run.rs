@@ -349,6 +349,18 @@ macro_rules! backend_tests {
             }
 
             #[test]
+            fn the_timeout_cuts_linger_short() {
+                if skip_without_cgroup(B) { return; }
+                let t = Tree::new();
+                let start = Instant::now();
+                let (out, rep) = run_tree(&t, B, &["--timeout", "1s", "--linger", "30s", "--grace", "100ms"], &["setsid-grandchild", "--leader-exits"]);
+                assert_eq!(code(&out), 124, "{}", stderr(&out));
+                assert!(start.elapsed() < Duration::from_secs(20), "--linger outlived --timeout");
+                assert_eq!(rep["stop_reason"], "timeout");
+                t.assert_all_dead("linger cut short");
+            }
+
+            #[test]
             fn events_are_json_lines_in_order() {
                 if skip_without_cgroup(B) {
                     return;

@@ -211,3 +211,91 @@ fn on_stdin_eof_stops_a_child_that_ignores_eof() {
     );
     t.assert_all_dead("stdin eof");
 }
+
+/// A closed stderr (the client that read it is gone) must not abort the teardown: writing
+/// events and the summary line fails with EPIPE, and reaper still stops the tree and exits
+/// with the right status.
+#[test]
+fn a_closed_stderr_does_not_abort_the_teardown() {
+    let t = Tree::new();
+    let mut child = reaper()
+        .args(["run", "--events", "--timeout", "500ms", "--grace", "100ms", "--"])
+        .args(t.fixture(&["setsid-grandchild"]))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stderr.take()); // the reader goes away
+    let st = wait_with_deadline(&mut child, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(124), "reaper must not die of EPIPE");
+    t.assert_all_dead("closed stderr");
+}
+
+/// The guardian takes over whatever is still watched when reaper's pipe closes — also after a
+/// `done`, when reaper could not clean up itself (a panicking call, survivors) — and touches
+/// nothing it was not told about.
+#[test]
+fn the_guardian_takes_over_what_reaper_left_watched() {
+    if !cgroup_usable() {
+        eprintln!("skipped: needs the cgroup backend");
+        return;
+    }
+    let mount = cgroup2_mount().unwrap();
+    let cg = mount.join(format!("reaper-test-guarded-{}", std::process::id()));
+    let other = mount.join(format!("reaper-test-unwatched-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    std::fs::create_dir(&other).unwrap();
+    let t = Tree::new();
+    let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cg.display());
+    let st = Command::new("sh").args(["-c", &join, "sh"]).args(t.fixture(&["setsid-grandchild", "--leader-exits"])).status().unwrap();
+    assert!(st.success());
+    assert!(wait_until(Duration::from_secs(5), || t.recorded().len() == 3));
+    // This test process plays reaper: alive, so only the pipe tells the guardian anything.
+    let me = std::process::id();
+    let start = stat(me as i32).unwrap().1;
+    let mut guardian = reaper()
+        .args(["guardian", &me.to_string(), &start.to_string()])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut pipe = guardian.stdin.take().unwrap();
+    let mut msg = Vec::new();
+    for rec in [format!("+{}", cg.display()), format!("+{}", other.display()), format!("-{}", other.display()), "done".into()] {
+        msg.extend_from_slice(rec.as_bytes());
+        msg.push(0);
+    }
+    pipe.write_all(&msg).unwrap();
+    drop(pipe);
+    let st = wait_with_deadline(&mut guardian, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+    t.assert_all_dead("guardian takeover");
+    assert!(!cg.exists(), "the watched cgroup is removed");
+    assert!(other.exists(), "a forgotten cgroup is not touched");
+    std::fs::remove_dir(&other).unwrap();
+}
+
+/// SIGKILL of reaper moments after it created the run's cgroup, before or while the leader
+/// joins: the guardian still finds and removes the cgroup with whatever joined it.
+#[test]
+fn sigkill_right_after_start_leaves_no_cgroup() {
+    if !cgroup_usable() {
+        eprintln!("skipped: needs the cgroup backend");
+        return;
+    }
+    let mount = cgroup2_mount().unwrap();
+    for _ in 0..10 {
+        let mut child = reaper().args(["run", "--", "sleep", "93"]).stdin(Stdio::null()).spawn().unwrap();
+        let prefix = format!("reaper-{}-", child.id());
+        let mine = || {
+            std::fs::read_dir(&mount)
+                .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()).collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert!(wait_until(Duration::from_secs(5), || !mine().is_empty()), "no run cgroup appeared");
+        let cgs = mine();
+        signal_child(&child, Signal::KILL);
+        let _ = child.wait();
+        assert!(wait_until(Duration::from_secs(5), || cgs.iter().all(|c| !c.exists())), "left behind: {cgs:?}");
+    }
+}

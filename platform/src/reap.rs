@@ -68,8 +68,13 @@ pub fn try_reap_leader(leader: &Handle) -> std::io::Result<Option<ExitStatus>> {
             Ok(Some(status))
         }
         Ok(None) => Ok(None),
-        // Reaped already, and not through this table: nothing to report but that it is gone.
-        Err(rustix::io::Errno::CHILD) => Ok(table.get(&key).copied().flatten()),
+        // Reaped already, and not through this table: it is gone, with its status unknown. An
+        // error (not `Ok(None)`, "still running") so the caller stops waiting: the pidfd stays
+        // readable and would wake it forever.
+        Err(rustix::io::Errno::CHILD) => match table.get(&key).copied().flatten() {
+            Some(status) => Ok(Some(status)),
+            None => Err(std::io::Error::from_raw_os_error(rustix::io::Errno::CHILD.raw_os_error())),
+        },
         Err(e) => Err(e.into()),
     }
 }

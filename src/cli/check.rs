@@ -6,7 +6,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use reaper_platform::linux::{procfs, signal};
+use reaper_platform::{process, signal};
 use reaper_platform::{Pid, Signal};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -144,7 +144,7 @@ pub fn main(args: CheckArgs) -> u8 {
     let rt = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("reaper: cannot start the async runtime: {e}");
+            say!("reaper: cannot start the async runtime: {e}");
             return 2;
         }
     };
@@ -164,9 +164,13 @@ async fn check(args: CheckArgs) -> u8 {
         leaked_runs: 0,
         error: None,
     };
+    let Some(mut sigs) = Signals::new() else {
+        say!("reaper: cannot install signal handlers");
+        return 2;
+    };
     let opts = args.contain.opts(&args.guard);
     for i in 0..args.repeat {
-        match check_once(&args, &opts).await {
+        match check_once(&args, &opts, &mut sigs).await {
             Ok(r) => {
                 if !args.json {
                     print_run(&args, &r, i);
@@ -194,14 +198,14 @@ async fn check(args: CheckArgs) -> u8 {
     };
     if args.json {
         match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => eprintln!("reaper: {e}"),
+            Ok(s) => out!("{s}"),
+            Err(e) => say!("reaper: {e}"),
         }
     }
     if let Some(e) = &report.error {
-        eprintln!("reaper: check could not run: {e}");
+        say!("reaper: check could not run: {e}");
     } else if args.repeat > 1 {
-        eprintln!("{} of {} runs leaked", report.leaked_runs, args.repeat);
+        say!("{} of {} runs leaked", report.leaked_runs, args.repeat);
     }
     match (report.result, args.expect_leak) {
         ("error" | "timeout", _) => 2,
@@ -210,7 +214,11 @@ async fn check(args: CheckArgs) -> u8 {
     }
 }
 
-async fn check_once(args: &CheckArgs, opts: &crate::run::ContainOpts) -> Result<RunReport, String> {
+async fn check_once(
+    args: &CheckArgs,
+    opts: &crate::run::ContainOpts,
+    sigs: &mut Signals,
+) -> Result<RunReport, String> {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     cmd.stdin(match args.stdin {
@@ -233,60 +241,75 @@ async fn check_once(args: &CheckArgs, opts: &crate::run::ContainOpts) -> Result<
         .await
         .map_err(|e| e.message().to_owned())?;
     if let Some(w) = &run.warning {
-        eprintln!("{w}");
+        say!("{w}");
     }
     let started = Instant::now();
     let leader_pid = run.leader_pid();
-    let leader_stat = procfs::stat(leader_pid).ok();
+    let leader_stat = process::stat(leader_pid).ok();
     let (leader_pgid, leader_sid) = leader_stat
         .map(|s| (s.pgid, s.sid))
         .unwrap_or((leader_pid, 0));
     let reaper_pid = rustix::process::getpid().as_raw_nonzero().get();
 
-    let mut interrupt = None;
-    if let Some(after) = args.interrupt_after {
-        let exited = tokio::time::timeout(after, run.wait_leader()).await.is_ok();
-        let target = if args.interrupt_group {
-            "group"
-        } else {
-            "leader"
-        };
-        let sent = !exited
-            && if args.interrupt_group {
-                Pid::from_raw(leader_pgid).is_some_and(|g| {
-                    matches!(
-                        signal::to_process_group(g, args.interrupt_signal),
-                        Ok(signal::Delivery::Sent)
-                    )
-                })
+    // SIGINT/SIGTERM/SIGHUP to reaper while CMD runs: stop the tree, report an error (exit 2).
+    let watched = async {
+        let mut interrupt = None;
+        if let Some(after) = args.interrupt_after {
+            let exited = tokio::time::timeout(after, run.wait_leader()).await.is_ok();
+            let target = if args.interrupt_group {
+                "group"
             } else {
-                run.signal_leader(args.interrupt_signal)
+                "leader"
             };
-        interrupt = Some(Interrupt {
-            signal: signal::name(args.interrupt_signal),
-            target,
-            after_ms: after.as_millis() as u64,
-            sent,
-        });
-    }
-    let timed_out = match args.timeout {
-        Some(t) => tokio::time::timeout_at(started + t, run.wait_leader())
-            .await
-            .is_err(),
-        None => {
-            run.wait_leader().await;
-            false
+            let sent = !exited
+                && if args.interrupt_group {
+                    // The group reaper created for CMD (process_group(0): pgid = leader pid), never
+                // whatever group the leader may have moved to.
+                Pid::from_raw(leader_pid).is_some_and(|g| {
+                        matches!(
+                            signal::to_process_group(g, args.interrupt_signal),
+                            Ok(signal::Delivery::Sent)
+                        )
+                    })
+                } else {
+                    run.signal_leader(args.interrupt_signal)
+                };
+            interrupt = Some(Interrupt {
+                signal: signal::name(args.interrupt_signal),
+                target,
+                after_ms: after.as_millis() as u64,
+                sent,
+            });
+        }
+        let timed_out = match args.timeout {
+            Some(t) => tokio::time::timeout_at(started + t, run.wait_leader())
+                .await
+                .is_err(),
+            None => {
+                run.wait_leader().await;
+                false
+            }
+        };
+        let mut survivors = Vec::new();
+        if !timed_out {
+            run.linger(args.settle).await;
+            survivors = run
+                .members()
+                .into_iter()
+                .filter_map(|m| describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid))
+                .collect();
+        }
+        (interrupt, timed_out, survivors)
+    };
+    let (interrupt, timed_out, survivors) = tokio::select! {
+        r = watched => r,
+        sig = sigs.recv() => {
+            run.stop(Signal::KILL, Duration::ZERO, std::future::pending()).await;
+            let out = run.finish(StopReason::Signal, Some(sig)).await;
+            let left = if out.survivors.is_empty() { String::new() } else { format!(" (survivors: {})", out.survivors.join(", ")) };
+            return Err(format!("reaper got SIG{}; stopped CMD and everything it started{left}", signal::name(sig)));
         }
     };
-    let mut survivors = Vec::new();
-    if !timed_out {
-        run.linger(args.settle).await;
-        survivors = run
-            .members()
-            .into_iter()
-            .filter_map(|m| describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid))
-            .collect();
-    }
     let kill = !args.keep || survivors.is_empty();
     let result = if timed_out {
         "timeout"
@@ -341,6 +364,32 @@ async fn check_once(args: &CheckArgs, opts: &crate::run::ContainOpts) -> Result<
     })
 }
 
+/// SIGINT, SIGTERM and SIGHUP to reaper, listened for before CMD starts.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn new() -> Option<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Some(Self {
+            int: signal(SignalKind::interrupt()).ok()?,
+            term: signal(SignalKind::terminate()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+        })
+    }
+
+    pub async fn recv(&mut self) -> Signal {
+        tokio::select! {
+            _ = self.int.recv() => Signal::INT,
+            _ = self.term.recv() => Signal::TERM,
+            _ = self.hup.recv() => Signal::HUP,
+        }
+    }
+}
+
 /// Everything a user needs to find a leaked process and see how it got away.
 fn describe(
     pid: i32,
@@ -349,7 +398,7 @@ fn describe(
     leader_sid: i32,
     reaper_pid: i32,
 ) -> Option<Survivor> {
-    let s = procfs::stat(pid)
+    let s = process::stat(pid)
         .ok()
         .filter(|s| s.starttime == starttime && !s.is_dead())?;
     let mut escaped_by = Vec::new();
@@ -360,7 +409,8 @@ fn describe(
     } else {
         escaped_by.push("leader-group");
     }
-    // reaper is a child subreaper: an orphan of the tree is reparented to it.
+    // On Linux reaper is a child subreaper: an orphan of the tree is reparented to it (on
+    // macOS to launchd, pid 1).
     if s.ppid == reaper_pid || s.ppid == 1 {
         escaped_by.push("reparented");
     }
@@ -370,16 +420,16 @@ fn describe(
         pgid: s.pgid,
         sid: s.sid,
         state: s.state.to_string(),
-        exe: procfs::exe(pid).map(|p| p.display().to_string()),
+        exe: process::exe(pid).map(|p| p.display().to_string()),
         cmdline: {
-            let c = procfs::cmdline(pid);
+            let c = process::cmdline(pid);
             if c.is_empty() {
                 format!("[{}]", s.comm)
             } else {
                 c
             }
         },
-        age_s: (procfs::age_secs(starttime).unwrap_or(0.0) * 10.0).round() / 10.0,
+        age_s: (process::age_secs(starttime).unwrap_or(0.0) * 10.0).round() / 10.0,
         escaped_by,
     })
 }
@@ -392,22 +442,22 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
     };
     let settle = parse::show(args.settle);
     match r.result {
-        "timeout" => eprintln!(
+        "timeout" => say!(
             "{prefix}timeout: CMD was still running after {}; stopped it (not counted as a leak)",
             parse::show(args.timeout.unwrap_or_default())
         ),
-        "clean" => eprintln!("{prefix}clean: nothing survived {settle} after the leader exited"),
+        "clean" => say!("{prefix}clean: nothing survived {settle} after the leader exited"),
         _ => {
-            eprintln!(
+            say!(
                 "{prefix}leaked: {} process(es) survived {settle} after the leader exited",
                 r.survivors.len()
             );
-            eprintln!(
+            say!(
                 "  {:>7} {:>7} {:>7} {:>7} {:>2} {:>7}  {:<26} COMMAND",
                 "PID", "PPID", "PGID", "SID", "S", "AGE", "ESCAPED BY"
             );
             for s in &r.survivors {
-                eprintln!(
+                say!(
                     "  {:>7} {:>7} {:>7} {:>7} {:>2} {:>6.1}s  {:<26} {}",
                     s.pid,
                     s.ppid,
@@ -420,9 +470,9 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
                 );
             }
             if r.killed {
-                eprintln!("  (killed them all)");
+                say!("  (killed them all)");
             } else {
-                eprintln!(
+                say!(
                     "  left running (--keep) in {}",
                     r.cgroup.as_deref().unwrap_or("reaper's subtree")
                 );

@@ -2,7 +2,9 @@
 
 use serde::Serialize;
 
+#[cfg(target_os = "linux")]
 use crate::containment::setup;
+#[cfg(target_os = "linux")]
 use crate::containment::Containment;
 
 #[derive(Debug, clap::Args)]
@@ -36,9 +38,13 @@ pub struct Report {
     /// The backend `--containment auto` picks here.
     pub auto_backend: &'static str,
     pub why: String,
+    /// macOS: what the pgid backend, the only one there, does not contain.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub limits: Option<String>,
     pub hints: Vec<String>,
 }
 
+#[cfg(target_os = "linux")]
 pub fn probe() -> Report {
     let mut r = Report {
         kernel: kernel(),
@@ -122,7 +128,49 @@ pub fn probe() -> Report {
     r
 }
 
+/// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
+/// `/bin/ps` can list the processes.
+#[cfg(not(target_os = "linux"))]
+pub fn probe() -> Report {
+    let mut r = Report {
+        kernel: kernel(),
+        cgroup_mode: "none",
+        auto_backend: "none",
+        ..Default::default()
+    };
+    match reaper_platform::tracker::default_table() {
+        Ok(mut t) => {
+            r.pgid_table = Some(t.name().to_owned());
+            match t.snapshot() {
+                Ok(_) => r.pgid = true,
+                Err(e) => r.why = format!("the pgid backend cannot read the process table: {e}"),
+            }
+        }
+        Err(e) => r.why = format!("the pgid backend has no process table here: {e}"),
+    }
+    if r.pgid {
+        r.auto_backend = "pgid";
+        r.why = "macOS has no cgroups and no child subreaper: the leader gets a process group \
+                 of its own, and the process table (/bin/ps) is read every --poll (50ms) to \
+                 follow every process group and session the tree enters"
+            .into();
+        r.limits = Some(
+            "a process that double-forks and calls setsid() between two reads of the table \
+             escapes, and `reaper check` cannot report it either (shorter --poll makes that \
+             rarer and costs CPU); if reaper itself is SIGKILLed the tree lives on (no \
+             guardian without cgroups); signals go to pids whose start time was checked just \
+             before (macOS has no pidfd)"
+                .into(),
+        );
+    } else {
+        r.hints
+            .push("reaper lists processes with /bin/ps; check that it runs".into());
+    }
+    r
+}
+
 /// Both fallbacks contain a setsid() escapee; they differ in what they cannot do.
+#[cfg(target_os = "linux")]
 fn without_cgroup(pgid: bool) -> String {
     let mut s = "subreaper (what auto picks) catches every orphan of the tree, however fast it \
                  escapes, but treats all of reaper's runs as one tree: concurrent `reaper mcp` \
@@ -152,14 +200,14 @@ pub fn main(args: DoctorArgs) -> u8 {
     let r = probe();
     if args.json {
         match serde_json::to_string_pretty(&r) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => out!("{s}"),
             Err(e) => {
-                eprintln!("reaper: {e}");
+                say!("reaper: {e}");
                 return 125;
             }
         }
     } else {
-        print!("{}", human(&r));
+        out!("{}", human(&r).trim_end());
     }
     if r.auto_backend == "none" {
         1
@@ -168,6 +216,29 @@ pub fn main(args: DoctorArgs) -> u8 {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
+fn human(r: &Report) -> String {
+    let mut s = String::new();
+    let mut line = |k: &str, v: &str| s.push_str(&format!("{k:<18} {v}\n"));
+    line("kernel", &r.kernel);
+    line(
+        "pgid",
+        &match (&r.pgid_table, r.pgid) {
+            (Some(t), true) => format!("yes (process table from {t})"),
+            _ => "no".to_owned(),
+        },
+    );
+    line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
+    if let Some(l) = &r.limits {
+        line("limits", l);
+    }
+    for h in &r.hints {
+        s.push_str(&format!("hint: {h}\n"));
+    }
+    s
+}
+
+#[cfg(target_os = "linux")]
 fn human(r: &Report) -> String {
     let yes = |b: bool| if b { "yes" } else { "no" };
     let mut s = String::new();
@@ -217,7 +288,7 @@ fn human(r: &Report) -> String {
     s
 }
 
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
 

@@ -135,14 +135,14 @@ pub fn main(args: McpArgs) -> u8 {
     let cfg = match config(args) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("reaper mcp: {e}");
+            say!("reaper mcp: {e}");
             return 125;
         }
     };
     let rt = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("reaper mcp: cannot start the async runtime: {e}");
+            say!("reaper mcp: cannot start the async runtime: {e}");
             return 125;
         }
     };
@@ -170,10 +170,10 @@ async fn serve(mut cfg: Config) -> u8 {
         unix_signal(SignalKind::terminate()),
         unix_signal(SignalKind::hangup()),
     ) else {
-        eprintln!("reaper mcp: cannot install signal handlers");
+        say!("reaper mcp: cannot install signal handlers");
         return 125;
     };
-    if cfg.max_concurrent > 1 && !crate::mcp::call::isolated(&cfg.contain).await {
+    if !crate::mcp::call::isolated(&mut cfg.contain).await && cfg.max_concurrent > 1 {
         tracing::warn!(
             "calls run one at a time: without a cgroup per call (subreaper backend), stopping \
              one call would stop the others; run `reaper doctor` to see why there is no cgroup"

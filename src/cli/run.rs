@@ -105,16 +105,18 @@ pub struct GuardArgs {
 impl ContainArgs {
     /// The run options, with a guardian when one is wanted and can help (cgroup backends).
     pub fn opts(&self, guard: &GuardArgs) -> ContainOpts {
-        // The guardian cleans up cgroups; the subreaper and pgid backends have none to name.
+        // The guardian cleans up cgroups; the subreaper and pgid backends (and so macOS) have
+        // none to name.
         let guardian = if guard.no_guardian
             || matches!(self.containment, Requested::Subreaper | Requested::Pgid)
+            || !cfg!(target_os = "linux")
         {
             None
         } else {
             match Guardian::spawn() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
-                    eprintln!(
+                    say!(
                         "reaper: warning: {e}; if reaper is SIGKILLed its tree may outlive it"
                     );
                     None
@@ -153,7 +155,7 @@ pub fn main(args: RunArgs) -> u8 {
     let rt = match super::runtime() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("reaper: cannot start the async runtime: {e}");
+            say!("reaper: cannot start the async runtime: {e}");
             return 125;
         }
     };
@@ -167,12 +169,12 @@ async fn run(args: RunArgs) -> u8 {
         unix_signal(SignalKind::terminate()),
         unix_signal(SignalKind::hangup()),
     ) else {
-        eprintln!("reaper: cannot install signal handlers");
+        say!("reaper: cannot install signal handlers");
         return 125;
     };
     if args.die_with_parent {
         if let Err(e) = super::die_with_parent() {
-            eprintln!("reaper: {e}");
+            say!("reaper: {e}");
             return 125;
         }
     }
@@ -191,7 +193,7 @@ async fn run(args: RunArgs) -> u8 {
     let (mut run, pipes) = match Run::start(cmd, &opts, sink).await {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("reaper: {}", e.message());
+            say!("reaper: {}", e.message());
             if let Some(g) = &guardian {
                 g.done();
             }
@@ -199,7 +201,7 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     if let Some(w) = &run.warning {
-        eprintln!("{w}");
+        say!("{w}");
     }
     let mut stdin_eof = pipes.stdin.map(relay_stdin);
 
@@ -217,6 +219,7 @@ async fn run(args: RunArgs) -> u8 {
             None => std::future::pending().await,
         }
     };
+    tokio::pin!(timeout, eof);
     let term_reason = || {
         if args.die_with_parent && super::parent_died() {
             StopReason::ParentDied
@@ -224,37 +227,60 @@ async fn run(args: RunArgs) -> u8 {
             StopReason::Signal
         }
     };
-    let (mut reason, received) = tokio::select! {
+    let events = run.events().clone();
+    let announce = |reason: StopReason, received: Option<Signal>| match (reason, received) {
+        (StopReason::Timeout, _) => events.emit(Event::Timeout {
+            after_ms: args.timeout.map(|d| d.as_millis() as u64).unwrap_or(0),
+        }),
+        (StopReason::ParentDied, _) => events.emit(Event::ParentDied),
+        (StopReason::StdinEof, _) => events.emit(Event::StdinEof),
+        (_, Some(sig)) => events.emit(Event::ReaperSignalled {
+            signal: reaper_platform::signal::name(sig),
+        }),
+        _ => {}
+    };
+    let (mut reason, mut received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
-        _ = timeout => (StopReason::Timeout, None),
+        _ = &mut timeout => (StopReason::Timeout, None),
         _ = sigint.recv() => (StopReason::Signal, Some(Signal::INT)),
         _ = sigterm.recv() => (term_reason(), Some(Signal::TERM)),
         _ = sighup.recv() => (StopReason::Signal, Some(Signal::HUP)),
-        _ = eof => (StopReason::StdinEof, None),
+        _ = &mut eof => (StopReason::StdinEof, None),
     };
-    match (reason, received) {
-        (StopReason::Timeout, _) => run.events().emit(Event::Timeout {
-            after_ms: args.timeout.map(|d| d.as_millis() as u64).unwrap_or(0),
-        }),
-        (StopReason::ParentDied, _) => run.events().emit(Event::ParentDied),
-        (_, Some(sig)) => run.events().emit(Event::ReaperSignalled {
-            signal: reaper_platform::linux::signal::name(sig),
-        }),
-        (StopReason::StdinEof, _) => {
-            run.events().emit(Event::StdinEof);
-            // CMD's stdin is closed now; it may exit by itself within the allowance.
-            let allowance = args.on_stdin_eof.unwrap_or_default();
-            if tokio::time::timeout(allowance, run.wait_leader())
-                .await
-                .is_ok()
-            {
-                reason = StopReason::Exited;
+    announce(reason, received);
+    // A second wait, still cut short by the timeout and by signals: CMD's allowance to exit
+    // by itself after its stdin was closed, or the leftovers' --linger after the leader exited.
+    let allowance = args.on_stdin_eof.unwrap_or_default();
+    let second = match reason {
+        StopReason::StdinEof => Some(true),
+        StopReason::Exited if !args.linger.is_zero() => Some(false),
+        _ => None,
+    };
+    if let Some(stdin_allowance) = second {
+        let wait = async {
+            if stdin_allowance {
+                tokio::time::timeout(allowance, run.wait_leader()).await.is_ok()
+            } else {
+                run.linger(args.linger).await;
+                false
             }
+        };
+        let interrupted = tokio::select! {
+            exited = wait => {
+                if exited {
+                    reason = StopReason::Exited;
+                }
+                None
+            }
+            _ = &mut timeout => Some((StopReason::Timeout, None)),
+            _ = sigint.recv() => Some((StopReason::Signal, Some(Signal::INT))),
+            _ = sigterm.recv() => Some((term_reason(), Some(Signal::TERM))),
+            _ = sighup.recv() => Some((StopReason::Signal, Some(Signal::HUP))),
+        };
+        if let Some((r, sig)) = interrupted {
+            (reason, received) = (r, sig);
+            announce(reason, received);
         }
-        _ => {}
-    }
-    if reason == StopReason::Exited && !args.linger.is_zero() {
-        run.linger(args.linger).await;
     }
     let grace = if reason == StopReason::ParentDied {
         args.grace.min(PARENT_DEATH_GRACE)
@@ -282,27 +308,27 @@ async fn run(args: RunArgs) -> u8 {
 
     if let Some(path) = &args.report {
         if let Err(e) = write_report(path, &outcome) {
-            eprintln!("reaper: cannot write the report to {}: {e}", path.display());
+            say!("reaper: cannot write the report to {}: {e}", path.display());
         }
     }
     let code = exit_code(&outcome, args.preserve_status);
     if let Some(err) = &outcome.error {
-        eprintln!("reaper: {err}");
+        say!("reaper: {err}");
     } else if !args.quiet {
         let n = outcome.killed;
         match reason {
             StopReason::Timeout => {
-                eprintln!("reaper: timed out after {}; stopped {n} process(es)", parse::show(args.timeout.unwrap_or_default()))
+                say!("reaper: timed out after {}; stopped {n} process(es)", parse::show(args.timeout.unwrap_or_default()))
             }
             StopReason::Signal => {
-                eprintln!("reaper: got SIG{}; stopped {n} process(es)", outcome.received_signal.as_deref().unwrap_or("?"))
+                say!("reaper: got SIG{}; stopped {n} process(es)", outcome.received_signal.as_deref().unwrap_or("?"))
             }
-            StopReason::ParentDied => eprintln!("reaper: parent died; stopped {n} process(es)"),
-            StopReason::StdinEof => eprintln!(
+            StopReason::ParentDied => say!("reaper: parent died; stopped {n} process(es)"),
+            StopReason::StdinEof => say!(
                 "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es)",
                 parse::show(args.on_stdin_eof.unwrap_or_default())
             ),
-            _ if leftovers > 0 => eprintln!("reaper: the leader exited; stopped {n} leftover process(es)"),
+            _ if leftovers > 0 => say!("reaper: the leader exited; stopped {n} leftover process(es)"),
             _ => {}
         }
     }
@@ -349,7 +375,7 @@ fn relay_stdin(mut to_child: ChildStdin) -> tokio::sync::oneshot::Receiver<()> {
 fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
     let json = serde_json::to_string_pretty(outcome).map_err(std::io::Error::other)?;
     if path.as_os_str() == "-" {
-        eprintln!("{json}");
+        say!("{json}");
         Ok(())
     } else {
         std::fs::write(path, json + "\n")

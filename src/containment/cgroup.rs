@@ -48,8 +48,7 @@ impl CgroupBackend {
 
     /// Hands the processes over to the user, still running, in a new cgroup named out of
     /// reaper's run-cgroup scheme (`reaper-kept-…`) so no stale-cgroup sweep kills them.
-    /// cgroup v2 cannot rename a cgroup (EPERM), so they are moved; a fork racing the move is
-    /// caught by the next pass.
+    /// cgroup v2 cannot rename a cgroup (EPERM), so they are moved, with the source frozen.
     pub fn keep(&mut self) -> Result<std::path::PathBuf, String> {
         let parent = self
             .cgroup
@@ -62,6 +61,11 @@ impl CgroupBackend {
             self.cgroup.name().trim_start_matches("reaper-")
         );
         let kept = Cgroup::create(&parent, &name).map_err(|e| e.to_string())?;
+        // Frozen processes cannot fork, so the set being moved holds still; each thaws as it
+        // lands in the (unfrozen) kept cgroup.
+        if let Err(e) = self.cgroup.freeze(true) {
+            tracing::debug!("{e}; moving without freezing");
+        }
         for _ in 0..MOVE_PASSES {
             let members = self.members();
             if members.is_empty() {

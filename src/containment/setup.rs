@@ -182,32 +182,57 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
 
 /// Kills everything in `cg` and below, waits for it to empty, removes it and its children.
 pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
-    let populated = match cg.populated() {
-        Ok(p) => p,
-        // Already removed (by its reaper, just before it died): nothing to do.
-        Err(e) if e.is_not_found() => return Ok(()),
-        Err(e) => return Err(e.to_string()),
-    };
-    if populated {
-        let mut watch = cg.watch_events().map_err(|e| e.to_string())?;
-        signal::to_cgroup_kill(cg).map_err(|e| e.to_string())?;
-        while cg.populated().map_err(|e| e.to_string())? {
-            if tokio::time::timeout_at(deadline, watch.changed())
-                .await
-                .is_err()
-            {
-                return Err(format!(
-                    "{} still populated after cgroup.kill",
-                    cg.path().display()
-                ));
+    loop {
+        let mut watch = match cg.watch_events() {
+            Ok(w) => Some(w),
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(_) => None,
+        };
+        // Kill even when `populated` says 0: a leader between fork and its pre_exec join is not
+        // in the cgroup yet, and joins right after.
+        match signal::to_cgroup_kill(cg) {
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+            Ok(()) => {}
+        }
+        loop {
+            match cg.populated() {
+                Ok(false) => break,
+                Err(e) if e.is_not_found() => return Ok(()),
+                Err(e) => return Err(e.to_string()),
+                Ok(true) => {}
+            }
+            let woke = match watch.as_mut() {
+                Some(w) => tokio::time::timeout_at(deadline, w.changed()).await.is_ok(),
+                None => {
+                    tokio::time::sleep(RETRY).await;
+                    Instant::now() < deadline
+                }
+            };
+            if !woke {
+                return Err(format!("{} still populated after cgroup.kill", cg.path().display()));
             }
         }
+        // Children first: rmdir(2) refuses a cgroup with children (EBUSY), as it refuses one
+        // that a late joiner has just populated again.
+        let mut busy = None;
+        for c in cg.subtree().iter().rev() {
+            match c.remove() {
+                Ok(()) => {}
+                Err(e) if e.is_busy() => busy = Some(e),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        let Some(e) = busy else { return Ok(()) };
+        if Instant::now() >= deadline {
+            return Err(e.to_string());
+        }
+        tokio::time::sleep(RETRY).await;
     }
-    for c in cg.subtree().iter().rev() {
-        c.remove().map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }
+
+/// Between two attempts to remove a cgroup that is busy again.
+const RETRY: std::time::Duration = std::time::Duration::from_millis(5);
 
 #[cfg(test)]
 mod tests {

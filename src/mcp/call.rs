@@ -25,7 +25,9 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
-use crate::containment::{Backend, Containment};
+use crate::containment::Backend;
+#[cfg(target_os = "linux")]
+use crate::containment::Containment;
 use crate::run::{ContainOpts, Event, EventSink, Run, StartError, StopReason};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
@@ -300,16 +302,25 @@ pub async fn run(
 /// Whether concurrent calls get trees of their own. They do with cgroups; the subreaper
 /// backend contains reaper's whole subtree as one, so under it stopping one call would stop
 /// the others too. Tries the containment the calls will get (a cgroup is made and removed).
-pub async fn isolated(opts: &ContainOpts) -> bool {
+/// When `auto` got a cgroup, pins the calls to `cgroup`: a call that later cannot get one fails
+/// and says why, instead of falling back into the subtree it would share with the others.
+pub async fn isolated(opts: &mut ContainOpts) -> bool {
     match crate::run::contain(opts).await {
+        #[cfg(target_os = "linux")]
         Ok((Backend::Cgroup(mut b), _)) => {
             if let Err(e) = b.release() {
                 tracing::debug!("removing the probe cgroup: {e}");
             }
+            if opts.requested == crate::run::Requested::Auto {
+                opts.requested = crate::run::Requested::Cgroup;
+            }
             true
         }
+        #[cfg(target_os = "linux")]
         Ok((Backend::Subreaper(_), _)) => false,
-        // Each call's tracker follows its own leader's tree.
+        // Each call's tracker follows its own leader's tree, by its own process group and the
+        // groups and sessions it moves to. On macOS too: there reaper never adopts orphans, so a
+        // fast double-fork escapes with one call as with many, and concurrency changes nothing.
         Ok((Backend::Pgid(_), _)) => true,
         // Every call will fail to start, and say why.
         Err(_) => true,

@@ -211,6 +211,12 @@ impl Report<'_> {
                 .map(|i| json!({"name": i.name, "value": i.value, "serverValue": i.server.value}))
                 .collect();
             out.insert("ignoredParameters".into(), Value::Array(list));
+            // Sent at all, it must match the declared outputSchema (the TypeScript SDK checks
+            // it even on errors): threadId and content are required there.
+            if !out.contains_key("threadId") {
+                out.insert("threadId".into(), json!(""));
+                out.insert("content".into(), json!(s.response()));
+            }
         }
         (!out.is_empty()).then_some(Value::Object(out))
     }
@@ -451,6 +457,35 @@ mod tests {
         );
         let r = r.into_result();
         assert_eq!(r.is_error, Some(false));
+    }
+
+    /// A launch failure with ignored parameters: structuredContent is sent (for the ignored
+    /// list), so it must still match the outputSchema (threadId and content required).
+    #[test]
+    fn ignored_parameters_without_a_thread_still_match_the_output_schema() {
+        let s = EventStream::default();
+        let (a, t) = (argv(), Tail::default());
+        let e = Ending::LaunchFailed("failed to launch codex binary: x (check $CODEX_CMD)".into());
+        let ignored = [Ignored {
+            name: "cd",
+            value: json!("/x"),
+            server: ServerSetting {
+                value: json!("/srv"),
+                written: "-C /srv".into(),
+            },
+        }];
+        let r = Report {
+            ignored: &ignored,
+            ..report(&s, &t, &a, &e)
+        };
+        assert!(r.is_error());
+        assert_eq!(
+            r.structured(),
+            Some(json!({
+                "threadId": "", "content": "",
+                "ignoredParameters": [{"name": "cd", "value": "/x", "serverValue": "/srv"}]
+            }))
+        );
     }
 
     #[test]

@@ -78,7 +78,7 @@ impl EventSink {
             if let Some(obj) = v.as_object_mut() {
                 obj.insert("t_ms".into(), t_ms.into());
             }
-            eprintln!("{v}");
+            say!("{v}");
         })
     }
 

@@ -12,18 +12,23 @@ pub mod event;
 pub mod outcome;
 
 use std::collections::HashSet;
+#[cfg(target_os = "linux")]
+use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
 use std::time::Duration;
 
-use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{reap, signal, subreaper};
+#[cfg(target_os = "linux")]
+use reaper_platform::linux::subreaper;
+use reaper_platform::process::Handle;
 use reaper_platform::tracker::Schedule;
-use reaper_platform::{ExitStatus, Pid, Signal};
+use reaper_platform::{reap, signal, ExitStatus, Pid, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use crate::containment::{self, setup, Backend, Containment, Member};
+#[cfg(target_os = "linux")]
+use crate::containment::setup;
+use crate::containment::{self, Backend, BackendKind, Containment, Member};
 use crate::guardian::Guardian;
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
@@ -32,7 +37,7 @@ use std::sync::Arc;
 /// Which containment a run asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Requested {
-    /// cgroup when a run cgroup can be created, else subreaper (with a warning).
+    /// cgroup when a run cgroup can be created, else subreaper (with a warning); pgid on macOS.
     Auto,
     Cgroup,
     Subreaper,
@@ -43,6 +48,8 @@ pub enum Requested {
 #[derive(Debug, Clone)]
 pub struct ContainOpts {
     pub requested: Requested,
+    /// cgroup backend only (accepted and ignored on macOS).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub cgroup_parent: Option<PathBuf>,
     /// pgid backend: the slowest interval between two looks at the process table.
     pub poll: Duration,
@@ -60,11 +67,13 @@ const KILL_ROUND: Duration = Duration::from_millis(200);
 const POLL_FAST: Duration = Duration::from_millis(5);
 const POLL_MIN: Duration = Duration::from_millis(1);
 /// How long the stale-cgroup sweep waits for a stale cgroup to empty.
+#[cfg(target_os = "linux")]
 const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
 /// and says why in the returned warning.
 pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), String> {
+    #[cfg(target_os = "linux")]
     let cgroup = || async {
         let env = setup::discover()?;
         let placement = env.placement(opts.cgroup_parent.as_deref())?;
@@ -72,6 +81,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         sweep_once(&placement.dir).await;
         setup::create_run_cgroup(&placement)
     };
+    #[cfg(target_os = "linux")]
     let subreaper = || {
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
@@ -91,13 +101,23 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             .map_err(|e| format!("cannot read the process table for the pgid backend: {e}"))
     };
     match opts.requested {
+        #[cfg(target_os = "linux")]
         Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
+        #[cfg(target_os = "linux")]
         Requested::Subreaper => subreaper().map(|b| (b, None)),
+        #[cfg(not(target_os = "linux"))]
+        Requested::Cgroup => Err("--containment cgroup is Linux-only (cgroup v2); on macOS use \
+                                  pgid, which auto picks"
+            .into()),
+        #[cfg(not(target_os = "linux"))]
+        Requested::Subreaper => Err("--containment subreaper is Linux-only \
+                                     (PR_SET_CHILD_SUBREAPER); on macOS use pgid, which auto picks"
+            .into()),
         Requested::Pgid => pgid().map(|b| (b, None)),
         // No cgroups and no subreaper on macOS: the process table is all there is.
-        #[cfg(target_os = "macos")]
+        #[cfg(not(target_os = "linux"))]
         Requested::Auto => pgid().map(|b| (b, None)),
-        #[cfg(not(target_os = "macos"))]
+        #[cfg(target_os = "linux")]
         Requested::Auto => match cgroup().await {
             Ok(b) => Ok((Backend::Cgroup(b), None)),
             Err(why) => subreaper().map(|b| {
@@ -111,6 +131,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
 }
 
 /// Stale cgroups are swept once per reaper process, under the first parent it uses.
+#[cfg(target_os = "linux")]
 async fn sweep_once(dir: &std::path::Path) {
     static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
@@ -151,9 +172,10 @@ pub struct Pipes {
     pub stderr: Option<ChildStderr>,
 }
 
-/// The leader: watched through its pidfd, reaped through [`reap`], status kept once known.
+/// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
+/// kept once known.
 struct Leader {
-    pidfd: Pidfd,
+    handle: Handle,
     status: Option<ExitStatus>,
     gone: bool,
     at: Option<Instant>,
@@ -166,13 +188,13 @@ impl Leader {
         if self.gone {
             return self.status;
         }
-        match reap::try_reap_leader(&self.pidfd) {
+        match reap::try_reap_leader(&self.handle) {
             Ok(Some(st)) => self.done(Some(st)),
             Ok(None) => None,
             Err(e) => {
                 tracing::warn!(
                     "cannot wait for the leader (pid {}): {e}",
-                    self.pidfd.raw_pid()
+                    self.handle.raw_pid()
                 );
                 self.done(None)
             }
@@ -206,7 +228,7 @@ impl Leader {
                 }
             };
             tokio::select! {
-                _ = self.pidfd.exited() => {}
+                _ = self.handle.exited() => {}
                 _ = sigchld => { reap::reap_orphans(); }
             }
         }
@@ -223,6 +245,8 @@ pub struct Run {
     stop_at: Option<Instant>,
     /// Every process this run signalled to stop it, by (pid, starttime).
     stopped: HashSet<(i32, u64)>,
+    /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
+    ended: bool,
     /// The fallback warning, if `auto` fell back.
     pub warning: Option<String>,
     guardian: Option<Arc<Guardian>>,
@@ -252,12 +276,33 @@ impl Run {
             }
         };
         // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
-        // may be slow to) and the subreaper backend can find them.
+        // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
+        #[cfg(target_os = "linux")]
         if let Err(e) = subreaper::become_subreaper() {
             tracing::debug!("not a subreaper: {e}");
         }
         let sigchld = unix_signal(SignalKind::child()).ok();
         backend.prepare(&mut cmd);
+        #[cfg(target_os = "linux")]
+        {
+            let me = rustix::process::getpid();
+            // If reaper dies before the leader's exec (or at any time after), the leader gets
+            // SIGKILL; the guardian kills the rest. Re-check the parent after setting it: the
+            // death may already have happened (prctl(2)). SAFETY: prctl, getppid and _exit are
+            // async-signal-safe and allocate nothing.
+            unsafe {
+                cmd.pre_exec(move || {
+                    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
+                    if rustix::process::getppid() != Some(me) {
+                        libc::_exit(1);
+                    }
+                    Ok(())
+                });
+            }
+        }
+        // No `.await` from here to `register_leader`: the runtime is single-threaded, so no
+        // `reap_orphans` can run in between and take the leader's status (nor race std's own
+        // wait for a child whose exec failed).
         let mut child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -275,7 +320,7 @@ impl Run {
             .ok_or_else(|| StartError::Reaper("spawned child has pid 0".into()))?;
         reap::register_leader(pid);
         backend.spawned(pid);
-        let leader = match Pidfd::open(pid) {
+        let leader = match Handle::open(pid) {
             Ok(fd) => fd,
             Err(e) => {
                 // Without a pidfd we cannot watch safely: kill what we started and give up.
@@ -285,7 +330,7 @@ impl Run {
                 reap::reap_orphans();
                 reap::unregister_leader(pid);
                 return Err(StartError::Reaper(format!(
-                    "pidfd_open({pid:?}) failed: {e} (Linux 5.3+ needed)"
+                    "pidfd_open({pid:?}) failed: {e} (Linux 5.4+ needed)"
                 )));
             }
         };
@@ -295,7 +340,7 @@ impl Run {
             cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
         });
         let leader = Leader {
-            pidfd: leader,
+            handle: leader,
             status: None,
             gone: false,
             at: None,
@@ -310,6 +355,7 @@ impl Run {
             started: Instant::now(),
             stop_at: None,
             stopped: HashSet::new(),
+            ended: false,
             warning,
             guardian,
         };
@@ -317,7 +363,7 @@ impl Run {
     }
 
     pub fn leader_pid(&self) -> i32 {
-        self.leader.pidfd.raw_pid()
+        self.leader.handle.raw_pid()
     }
 
     pub fn backend_kind(&self) -> containment::BackendKind {
@@ -347,11 +393,11 @@ impl Run {
         self.leader.wait().await
     }
 
-    /// Sends `sig` to the leader alone, through its pidfd.
+    /// Sends `sig` to the leader alone, through its handle.
     pub fn signal_leader(&self, sig: Signal) -> bool {
         !self.leader.gone
             && matches!(
-                signal::to_pidfd(&self.leader.pidfd, sig),
+                signal::to_handle(&self.leader.handle, sig),
                 Ok(signal::Delivery::Sent)
             )
     }
@@ -377,7 +423,7 @@ impl Run {
             self.sink.emit(Event::Signalled {
                 signal: signal::name(first),
                 n: reached.len(),
-                via: "pidfd",
+                via: signal::VIA_HANDLE,
             });
             if first != Signal::CONT && !reached.is_empty() {
                 self.backend.signal_all(Signal::CONT);
@@ -395,9 +441,9 @@ impl Run {
             }
         }
         let final_deadline = Instant::now() + KILL_DEADLINE;
-        let round = match self.backend {
-            Backend::Cgroup(_) => KILL_DEADLINE,
-            Backend::Subreaper(_) | Backend::Pgid(_) => KILL_ROUND,
+        let round = match self.backend.kind() {
+            BackendKind::Cgroup => KILL_DEADLINE,
+            BackendKind::Subreaper | BackendKind::Pgid => KILL_ROUND,
         };
         loop {
             if self.backend.is_empty() {
@@ -405,10 +451,10 @@ impl Run {
             }
             let killed = self.backend.kill_all();
             self.record(&killed);
-            let via = match self.backend {
-                Backend::Cgroup(_) => "cgroup.kill",
-                Backend::Subreaper(_) => "pidfd",
-                Backend::Pgid(_) => "killpg+pidfd",
+            let via = match self.backend.kind() {
+                BackendKind::Cgroup => "cgroup.kill",
+                BackendKind::Subreaper => signal::VIA_HANDLE,
+                BackendKind::Pgid => signal::VIA_GROUP_AND_HANDLE,
             };
             self.sink.emit(Event::Signalled {
                 signal: "KILL".into(),
@@ -440,20 +486,23 @@ impl Run {
     /// Returns where it lives: the cgroup, renamed so no sweep takes it, or `None` for the
     /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
     pub fn keep(mut self) -> Result<Option<PathBuf>, String> {
+        self.ended = true;
         let old = self.backend.cgroup_path().map(ToOwned::to_owned);
         let kept = match &mut self.backend {
+            #[cfg(target_os = "linux")]
             Backend::Cgroup(b) => Some(b.keep()?),
-            Backend::Subreaper(_) | Backend::Pgid(_) => None,
+            _ => None,
         };
         if let (Some(g), Some(p)) = (&self.guardian, old) {
             g.forget(&p);
         }
-        reap::unregister_leader(self.leader.pidfd.pid());
+        reap::unregister_leader(self.leader.handle.pid());
         Ok(kept)
     }
 
     /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
     pub async fn finish(mut self, reason: StopReason, received_signal: Option<Signal>) -> Outcome {
+        self.ended = true;
         // The leader is dead by now (the tree was stopped); collect its status.
         if !self.leader.gone {
             let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
@@ -479,7 +528,7 @@ impl Run {
                 survivors.join(", ")
             ));
         }
-        reap::unregister_leader(self.leader.pidfd.pid());
+        reap::unregister_leader(self.leader.handle.pid());
         let end = Instant::now();
         let ms = |d: Duration| d.as_millis() as u64;
         self.sink.emit(Event::Reaped {
@@ -490,7 +539,7 @@ impl Run {
             argv: std::mem::take(&mut self.argv),
             backend: self.backend.kind().as_str(),
             cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
-            leader_pid: self.leader.pidfd.raw_pid(),
+            leader_pid: self.leader.handle.raw_pid(),
             exit_code: None,
             signal: None,
             stop_reason: if error.is_some() && reason == StopReason::Exited {
@@ -513,9 +562,23 @@ impl Run {
     }
 }
 
+/// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
+/// tree running: one synchronous SIGKILL sweep (cgroup.kill for the cgroup backend). The
+/// cgroup itself stays watched by the guardian, which removes it when reaper says `done`.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.ended {
+            let killed = self.backend.kill_all();
+            tracing::warn!("run of {:?} dropped before its end; killed {} process(es)", self.argv.first(), killed.len());
+            reap::reap_orphans();
+        }
+    }
+}
+
 fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
     use rustix::io::Errno;
     let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+    #[cfg(target_os = "linux")]
     if e.raw_os_error() == Some(containment::cgroup::JOIN_FAILED_ERRNO) {
         return StartError::Reaper(format!(
             "cannot move '{program}' into its cgroup before exec; run `reaper doctor`"

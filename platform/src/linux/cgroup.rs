@@ -128,12 +128,10 @@ impl Cgroup {
         all
     }
 
-    /// Gives the cgroup a new name in the same parent.
-    pub fn rename(&mut self, name: &str) -> cgroupfs::Result<()> {
-        let to = self.path.with_file_name(name);
-        cgroupfs::rename(&self.path, &to)?;
-        self.path = to;
-        Ok(())
+    /// Freezes (`true`) or thaws the cgroup and its descendants (`cgroup.freeze`): a frozen
+    /// process cannot fork; moving it to an unfrozen cgroup thaws it.
+    pub fn freeze(&self, frozen: bool) -> cgroupfs::Result<()> {
+        cgroupfs::write(&self.file("cgroup.freeze"), if frozen { "1" } else { "0" })
     }
 
     /// `rmdir` the cgroup. Already gone counts as removed. EBUSY means it is still populated

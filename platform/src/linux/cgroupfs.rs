@@ -20,7 +20,6 @@ pub enum Op {
     Open,
     Mkdir,
     Rmdir,
-    Rename(PathBuf),
     Watch,
 }
 
@@ -33,7 +32,6 @@ impl fmt::Display for CgroupFsError {
             Op::Open => write!(f, "failed to open {p}: {}", self.source),
             Op::Mkdir => write!(f, "cannot create {p}: {}", self.source),
             Op::Rmdir => write!(f, "cannot remove {p}: {}", self.source),
-            Op::Rename(to) => write!(f, "cannot rename {p} to {}: {}", to.display(), self.source),
             Op::Watch => write!(f, "cannot watch {p} with inotify: {}", self.source),
         }
     }
@@ -53,6 +51,11 @@ impl CgroupFsError {
             source,
         }
     }
+    /// rmdir(2) of a cgroup that still has processes or children (EBUSY).
+    pub fn is_busy(&self) -> bool {
+        self.source.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
+    }
+
     /// The cgroup (or file) no longer exists.
     pub fn is_not_found(&self) -> bool {
         self.source.kind() == io::ErrorKind::NotFound
@@ -83,11 +86,6 @@ pub fn mkdir(path: &Path) -> Result<()> {
 
 pub fn rmdir(path: &Path) -> Result<()> {
     std::fs::remove_dir(path).map_err(|e| CgroupFsError::new(Op::Rmdir, path, e))
-}
-
-/// Renames a cgroup within its parent (cgroup v2 allows this; it never moves processes).
-pub fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(|e| CgroupFsError::new(Op::Rename(to.to_owned()), from, e))
 }
 
 /// Opens a cgroupfs file write-only and close-on-exec, for writing later without allocating
