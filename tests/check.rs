@@ -350,7 +350,13 @@ fn a_signal_to_check_stops_the_tree_and_exits_2() {
     t.wait_ready(Duration::from_secs(10));
     signal_child(&child, rustix::process::Signal::TERM);
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(2), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("reaper got SIGTERM; stopped CMD and everything it started"));
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("reaper got SIGTERM; stopped CMD and everything it started"));
     t.assert_all_dead("check signalled");
 }

@@ -350,12 +350,22 @@ macro_rules! backend_tests {
 
             #[test]
             fn the_timeout_cuts_linger_short() {
-                if skip_without_cgroup(B) { return; }
+                if skip_without_cgroup(B) {
+                    return;
+                }
                 let t = Tree::new();
                 let start = Instant::now();
-                let (out, rep) = run_tree(&t, B, &["--timeout", "1s", "--linger", "30s", "--grace", "100ms"], &["setsid-grandchild", "--leader-exits"]);
+                let (out, rep) = run_tree(
+                    &t,
+                    B,
+                    &["--timeout", "1s", "--linger", "30s", "--grace", "100ms"],
+                    &["setsid-grandchild", "--leader-exits"],
+                );
                 assert_eq!(code(&out), 124, "{}", stderr(&out));
-                assert!(start.elapsed() < Duration::from_secs(20), "--linger outlived --timeout");
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "--linger outlived --timeout"
+                );
                 assert_eq!(rep["stop_reason"], "timeout");
                 t.assert_all_dead("linger cut short");
             }
@@ -542,6 +552,34 @@ fn stale_cgroups_of_a_dead_reaper_are_swept() {
         "the sweep touched a cgroup that is not reaper's"
     );
     std::fs::remove_dir(&decoy).unwrap();
+}
+
+/// A run cgroup whose owner is invisible here (another PID namespace) but alive — it holds the
+/// owner lock on the directory — is not swept; once the lock is gone, it is.
+#[test]
+fn the_sweep_spares_a_live_owner_it_cannot_see() {
+    if !cgroup_usable() {
+        eprintln!("skipped: the cgroup backend is not usable here");
+        return;
+    }
+    let mount = cgroup2_mount().unwrap();
+    let cg = mount.join(format!("reaper-999999998-{}-0", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    let dir = std::fs::File::open(&cg).unwrap();
+    rustix::fs::flock(&dir, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    let out = run_reaper(["run", "--containment", "cgroup", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    assert!(cg.exists(), "swept a cgroup whose owner holds the lock");
+    drop(dir);
+    let out = run_reaper(["run", "--containment", "cgroup", "--", "true"]);
+    assert_eq!(code(&out), 0, "{}", stderr(&out));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cg.exists() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let left = cg.exists();
+    let _ = std::fs::remove_dir(&cg);
+    assert!(!left, "the abandoned cgroup was not swept");
 }
 
 #[test]

@@ -219,7 +219,15 @@ fn on_stdin_eof_stops_a_child_that_ignores_eof() {
 fn a_closed_stderr_does_not_abort_the_teardown() {
     let t = Tree::new();
     let mut child = reaper()
-        .args(["run", "--events", "--timeout", "500ms", "--grace", "100ms", "--"])
+        .args([
+            "run",
+            "--events",
+            "--timeout",
+            "500ms",
+            "--grace",
+            "100ms",
+            "--",
+        ])
         .args(t.fixture(&["setsid-grandchild"]))
         .stdin(Stdio::null())
         .stderr(Stdio::piped())
@@ -247,7 +255,11 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
     std::fs::create_dir(&other).unwrap();
     let t = Tree::new();
     let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cg.display());
-    let st = Command::new("sh").args(["-c", &join, "sh"]).args(t.fixture(&["setsid-grandchild", "--leader-exits"])).status().unwrap();
+    let st = Command::new("sh")
+        .args(["-c", &join, "sh"])
+        .args(t.fixture(&["setsid-grandchild", "--leader-exits"]))
+        .status()
+        .unwrap();
     assert!(st.success());
     assert!(wait_until(Duration::from_secs(5), || t.recorded().len() == 3));
     // This test process plays reaper: alive, so only the pipe tells the guardian anything.
@@ -261,7 +273,12 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
         .unwrap();
     let mut pipe = guardian.stdin.take().unwrap();
     let mut msg = Vec::new();
-    for rec in [format!("+{}", cg.display()), format!("+{}", other.display()), format!("-{}", other.display()), "done".into()] {
+    for rec in [
+        format!("+{}", cg.display()),
+        format!("+{}", other.display()),
+        format!("-{}", other.display()),
+        "done".into(),
+    ] {
         msg.extend_from_slice(rec.as_bytes());
         msg.push(0);
     }
@@ -285,17 +302,32 @@ fn sigkill_right_after_start_leaves_no_cgroup() {
     }
     let mount = cgroup2_mount().unwrap();
     for _ in 0..10 {
-        let mut child = reaper().args(["run", "--", "sleep", "93"]).stdin(Stdio::null()).spawn().unwrap();
+        let mut child = reaper()
+            .args(["run", "--", "sleep", "93"])
+            .stdin(Stdio::null())
+            .spawn()
+            .unwrap();
         let prefix = format!("reaper-{}-", child.id());
         let mine = || {
             std::fs::read_dir(&mount)
-                .map(|rd| rd.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)).map(|e| e.path()).collect::<Vec<_>>())
+                .map(|rd| {
+                    rd.flatten()
+                        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                        .map(|e| e.path())
+                        .collect::<Vec<_>>()
+                })
                 .unwrap_or_default()
         };
-        assert!(wait_until(Duration::from_secs(5), || !mine().is_empty()), "no run cgroup appeared");
+        assert!(
+            wait_until(Duration::from_secs(5), || !mine().is_empty()),
+            "no run cgroup appeared"
+        );
         let cgs = mine();
         signal_child(&child, Signal::KILL);
         let _ = child.wait();
-        assert!(wait_until(Duration::from_secs(5), || cgs.iter().all(|c| !c.exists())), "left behind: {cgs:?}");
+        assert!(
+            wait_until(Duration::from_secs(5), || cgs.iter().all(|c| !c.exists())),
+            "left behind: {cgs:?}"
+        );
     }
 }

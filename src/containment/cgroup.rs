@@ -28,16 +28,21 @@ pub struct CgroupBackend {
     hierarchy_path: String,
     /// `cgroup.procs`, opened before fork so the child joins with one allocation-free write.
     procs_fd: OwnedFd,
+    /// An exclusive flock on the cgroup directory, held while this run lives: how a stale-cgroup
+    /// sweep in another PID namespace tells this live run from an abandoned one.
+    _owner_lock: OwnedFd,
     released: bool,
 }
 
 impl CgroupBackend {
     pub fn new(cgroup: Cgroup, hierarchy_path: String) -> Result<Self, String> {
+        let owner_lock = cgroup.lock_owner().map_err(|e| e.to_string())?;
         let procs_fd = cgroup.open_procs_for_join().map_err(|e| e.to_string())?;
         Ok(Self {
             cgroup,
             hierarchy_path,
             procs_fd,
+            _owner_lock: owner_lock,
             released: false,
         })
     }

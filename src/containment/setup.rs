@@ -163,10 +163,12 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
         let Some((pid, start)) = owner_of(&name) else {
             continue;
         };
-        if procfs::is_alive(pid, start) {
+        let cg = Cgroup::at(dir.join(&name));
+        // Gone means both: no process with that pid and start time here, and nobody holding
+        // the owner lock (a reaper in another PID namespace shows neither pid nor start time).
+        if procfs::is_alive(pid, start) || cg.owner_lock_held() {
             continue;
         }
-        let cg = Cgroup::at(dir.join(&name));
         if let Err(e) = remove_tree(&cg, deadline).await {
             tracing::warn!("stale cgroup {} left in place: {e}", cg.path().display());
         } else {

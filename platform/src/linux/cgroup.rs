@@ -128,6 +128,28 @@ impl Cgroup {
         all
     }
 
+    /// Takes an exclusive `flock` on the cgroup's directory and returns the fd that holds it:
+    /// the lock lives exactly as long as the owning process (the kernel drops it when the fd
+    /// closes, however the process dies), and it is visible across PID namespaces, where a
+    /// pid is not.
+    pub fn lock_owner(&self) -> cgroupfs::Result<OwnedFd> {
+        use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+        let err = |e: rustix::io::Errno| CgroupFsError::new(Op::Open, &self.path, e.into());
+        let fd = rustix::fs::open(&self.path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(err)?;
+        flock(&fd, FlockOperation::NonBlockingLockExclusive).map_err(err)?;
+        Ok(fd)
+    }
+
+    /// Whether some live process holds [`Cgroup::lock_owner`]'s lock.
+    pub fn owner_lock_held(&self) -> bool {
+        use rustix::fs::{flock, FlockOperation, Mode, OFlags};
+        let Ok(fd) = rustix::fs::open(&self.path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) else {
+            return false;
+        };
+        // Acquired means nobody holds it; closing `fd` releases it again.
+        flock(&fd, FlockOperation::NonBlockingLockExclusive) == Err(rustix::io::Errno::WOULDBLOCK)
+    }
+
     /// Freezes (`true`) or thaws the cgroup and its descendants (`cgroup.freeze`): a frozen
     /// process cannot fork; moving it to an unfrozen cgroup thaws it.
     pub fn freeze(&self, frozen: bool) -> cgroupfs::Result<()> {
