@@ -237,7 +237,9 @@ pub async fn run(
                 shutdown.cancelled().await;
             };
             // Keep reading while codex winds down: a full pipe would block its last words.
-            let stop = run.stop(Signal::INT, grace, cut_short);
+            // SIGINT to codex alone: it interrupts its turn and kills its own tool process
+            // groups; after the grace, the whole cgroup is killed.
+            let stop = run.stop_from_leader(Signal::INT, grace, cut_short);
             tokio::pin!(stop);
             loop {
                 tokio::select! {

@@ -416,9 +416,38 @@ impl Run {
         grace: Duration,
         cut_short: impl std::future::Future<Output = ()>,
     ) {
+        self.stop_with(first, FirstTo::All, grace, cut_short).await
+    }
+
+    /// [`Run::stop`], with the first signal to the leader alone: for a leader that stops its
+    /// own tree gracefully on it (codex on SIGINT kills its tool process groups); whatever it
+    /// leaves is killed after the grace like everything else.
+    pub async fn stop_from_leader(
+        &mut self,
+        first: Signal,
+        grace: Duration,
+        cut_short: impl std::future::Future<Output = ()>,
+    ) {
+        self.stop_with(first, FirstTo::Leader, grace, cut_short).await
+    }
+
+    async fn stop_with(
+        &mut self,
+        first: Signal,
+        to: FirstTo,
+        grace: Duration,
+        cut_short: impl std::future::Future<Output = ()>,
+    ) {
         self.stop_at.get_or_insert_with(Instant::now);
         if !grace.is_zero() && first != Signal::KILL {
-            let reached = self.backend.signal_all(first);
+            let reached = match to {
+                FirstTo::All => self.backend.signal_all(first),
+                FirstTo::Leader => {
+                    let leader = self.leader_pid();
+                    let sent = self.signal_leader(first);
+                    self.backend.members().into_iter().filter(|m| sent && m.pid == leader).collect()
+                }
+            };
             self.record(&reached);
             self.sink.emit(Event::Signalled {
                 signal: signal::name(first),
@@ -560,6 +589,13 @@ impl Run {
         out.set_leader_status(self.leader.status);
         out
     }
+}
+
+/// Who gets the first stop signal.
+#[derive(Clone, Copy)]
+enum FirstTo {
+    All,
+    Leader,
 }
 
 /// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
