@@ -7,6 +7,7 @@
 //! prints, so they compare with the process table's ([`crate::tracker::ps`]).
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -56,29 +57,15 @@ impl Handle {
             .is_some_and(|st| is_alive(self.raw_pid(), st))
     }
 
-    /// Resolves once the process has exited: a kqueue with `EVFILT_PROC`/`NOTE_EXIT` for the
-    /// pid, readable when the event fires (kevent(2)). Registering on a process that has
-    /// already exited fails with ESRCH, which is the answer too.
+    /// Resolves once the process has exited: a kqueue watching it for `NOTE_EXIT`
+    /// ([`watch_exit`]), readable when the event fires.
     pub async fn exited(&self) -> io::Result<()> {
         if !self.is_current() {
             return Ok(());
         }
-        let kq = kqueue()?;
-        let watch = Event::new(
-            EventFilter::Proc {
-                pid: self.pid,
-                flags: ProcessEvents::EXIT,
-            },
-            EventFlags::ADD,
-            std::ptr::null_mut(),
-        );
-        let mut none: [Event; 0] = [];
-        // SAFETY: a process filter names no file descriptor that could close under the kqueue.
-        match unsafe { kevent(&kq, &[watch], &mut none[..], Some(Duration::ZERO)) } {
-            Ok(_) => {}
-            Err(rustix::io::Errno::SRCH) => return Ok(()),
-            Err(e) => return Err(e.into()),
-        }
+        let Some(kq) = watch_exit(self.pid)? else {
+            return Ok(());
+        };
         let fd = crate::async_readable(kq)?;
         let _ready = fd.readable().await?;
         Ok(())
@@ -92,6 +79,28 @@ impl Handle {
     /// Whether any of the processes has exited: one `proc_pidinfo` per process.
     pub fn any_exited(handles: &[Handle]) -> bool {
         handles.iter().any(Handle::has_exited)
+    }
+}
+
+/// A kqueue with `EVFILT_PROC`/`NOTE_EXIT` registered for `pid` (kevent(2)): it polls readable
+/// once the process exits. `None` when it has exited already (registering on a process that is
+/// gone, or a zombie, fails with ESRCH).
+fn watch_exit(pid: Pid) -> io::Result<Option<OwnedFd>> {
+    let kq = kqueue()?;
+    let watch = Event::new(
+        EventFilter::Proc {
+            pid,
+            flags: ProcessEvents::EXIT,
+        },
+        EventFlags::ADD,
+        std::ptr::null_mut(),
+    );
+    let mut none: [Event; 0] = [];
+    // SAFETY: a process filter names no file descriptor that could close under the kqueue.
+    match unsafe { kevent(&kq, &[watch], &mut none[..], Some(Duration::ZERO)) } {
+        Ok(_) => Ok(Some(kq)),
+        Err(rustix::io::Errno::SRCH) => Ok(None),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -198,18 +207,8 @@ pub fn age_secs(starttime: u64) -> Option<f64> {
 pub fn set_parent_death_signal(sig: Signal) -> io::Result<()> {
     let parent = rustix::process::getppid()
         .ok_or_else(|| io::Error::other("reaper has no parent process to watch"))?;
-    let kq = kqueue()?;
-    let watch = Event::new(
-        EventFilter::Proc {
-            pid: parent,
-            flags: ProcessEvents::EXIT,
-        },
-        EventFlags::ADD,
-        std::ptr::null_mut(),
-    );
-    let mut none: [Event; 0] = [];
-    // SAFETY: a process filter names no file descriptor that could close under the kqueue.
-    unsafe { kevent(&kq, &[watch], &mut none[..], Some(Duration::ZERO)) }?;
+    let kq = watch_exit(parent)?
+        .ok_or_else(|| io::Error::other("reaper's parent exited before reaper could watch it"))?;
     std::thread::Builder::new()
         .name("parent-death".into())
         .spawn(move || loop {
