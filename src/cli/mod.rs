@@ -35,10 +35,11 @@ pub fn parent_died() -> bool {
     ORIGINAL_PPID.get().is_some_and(|&p| p != current_ppid())
 }
 
-/// PR_SET_PDEATHSIG(SIGTERM) for reaper itself, then the check that the parent did not die
-/// before it was set (prctl(2): the signal is only sent for a death *after* the call).
+/// SIGTERM to reaper itself when its parent dies (Linux: PR_SET_PDEATHSIG; macOS: a thread
+/// watching the parent through kqueue), then the check that the parent did not die before it
+/// was set (prctl(2): the signal is only sent for a death *after* the call).
 pub fn die_with_parent() -> Result<(), String> {
-    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::TERM))
+    reaper_platform::process::set_parent_death_signal(reaper_platform::Signal::TERM)
         .map_err(|e| format!("cannot set the parent-death signal: {e}"))?;
     if parent_died() {
         return Err("reaper's parent exited before reaper could watch it; not starting".into());

@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use reaper_platform::linux::signal;
-use reaper_platform::Signal;
+use reaper_platform::{signal, Signal};
 
 pub fn duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();

@@ -8,10 +8,16 @@
 //! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGSTOP all seen, SIGKILL, repeat |
 //! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
 //! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
+//!
+//! `cgroup` and `subreaper` are Linux-only; macOS has `pgid` alone (signals there go to pids
+//! whose start time was just checked, as macOS has no pidfd).
 
+#[cfg(target_os = "linux")]
 pub mod cgroup;
 pub mod pgid;
+#[cfg(target_os = "linux")]
 pub mod setup;
+#[cfg(target_os = "linux")]
 pub mod subreaper;
 
 use std::process::Command;
@@ -23,6 +29,8 @@ use tokio::time::Instant;
 /// Which backend a run uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+// On macOS only `Pgid` is ever built; the others stay so that code matching on a kind is shared.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub enum BackendKind {
     Cgroup,
     Subreaper,
@@ -81,7 +89,9 @@ pub trait Containment {
 
 /// The backend a run got, as one type so the run layer needs no generics.
 pub enum Backend {
+    #[cfg(target_os = "linux")]
     Cgroup(cgroup::CgroupBackend),
+    #[cfg(target_os = "linux")]
     Subreaper(subreaper::SubreaperBackend),
     Pgid(pgid::PgidBackend),
 }
@@ -89,8 +99,9 @@ pub enum Backend {
 impl Backend {
     pub fn cgroup_path(&self) -> Option<&std::path::Path> {
         match self {
+            #[cfg(target_os = "linux")]
             Backend::Cgroup(b) => Some(b.cgroup().path()),
-            Backend::Subreaper(_) | Backend::Pgid(_) => None,
+            _ => None,
         }
     }
 }
@@ -98,7 +109,9 @@ impl Backend {
 macro_rules! each {
     ($self:ident, $b:ident => $e:expr) => {
         match $self {
+            #[cfg(target_os = "linux")]
             Backend::Cgroup($b) => $e,
+            #[cfg(target_os = "linux")]
             Backend::Subreaper($b) => $e,
             Backend::Pgid($b) => $e,
         }

@@ -4,7 +4,7 @@
 //! with ([`reaper_platform::tracker`] has the rules). Stopping SIGSTOPs every remembered group
 //! and process until a look finds nobody new (a stopped process cannot fork or `setsid()`, so
 //! its children stay findable through it), then SIGKILLs the groups (`killpg`) and the
-//! processes (pidfd).
+//! processes (pidfd; on macOS the pid, its start time checked just before).
 //!
 //! Does not contain:
 //! - A process that double-forks with `setsid()` in the middle, the middle exiting before the
@@ -25,10 +25,11 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{reap, signal, subreaper};
+#[cfg(target_os = "linux")]
+use reaper_platform::linux::subreaper;
+use reaper_platform::process::Handle;
 use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule, Tracker};
-use reaper_platform::{Pid, Signal};
+use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
 use super::{BackendKind, Containment, Member};
@@ -121,8 +122,12 @@ impl Shared {
     /// reaper as child subreaper receives the tree's orphans; they are this run's only if no
     /// other run could have left them.
     fn adopter(&self) -> Option<Adopter> {
-        (subreaper::is_subreaper() && LIVE_RUNS.load(Ordering::SeqCst) == 1)
-            .then_some(Adopter { pid: self.self_pid })
+        #[cfg(target_os = "linux")]
+        let adopting = subreaper::is_subreaper() && LIVE_RUNS.load(Ordering::SeqCst) == 1;
+        // macOS has no subreaper: orphans go to launchd, out of reaper's reach.
+        #[cfg(not(target_os = "linux"))]
+        let adopting = false;
+        adopting.then_some(Adopter { pid: self.self_pid })
     }
 }
 
@@ -137,19 +142,6 @@ fn member(e: ProcEntry) -> Member {
         starttime: e.starttime,
         comm: e.comm,
     }
-}
-
-/// Whether any of the processes has exited: one non-blocking poll(2) on all their pidfds (a
-/// pidfd polls readable once its process has exited).
-fn any_exited(fds: &[Pidfd]) -> bool {
-    use rustix::event::{poll, PollFd, PollFlags};
-    let mut polled: Vec<PollFd<'_>> = fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
-    let now = rustix::time::Timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // An error (EINTR, ENOMEM) only means "look at the table again".
-    !matches!(poll(&mut polled, Some(&now)), Ok(0))
 }
 
 /// `killpg`, for a group the tracker remembered (never reaper's own).
@@ -232,8 +224,8 @@ impl Containment for PgidBackend {
         self.members()
             .into_iter()
             .filter(|m| {
-                Pidfd::open_checked(m.pid, m.starttime).is_some_and(|fd| {
-                    matches!(signal::to_pidfd(&fd, sig), Ok(signal::Delivery::Sent))
+                Handle::open_checked(m.pid, m.starttime).is_some_and(|fd| {
+                    matches!(signal::to_handle(&fd, sig), Ok(signal::Delivery::Sent))
                 })
             })
             .collect()
@@ -243,7 +235,7 @@ impl Containment for PgidBackend {
     /// new, then SIGKILL the groups and the members.
     fn kill_all(&self) -> Vec<Member> {
         let mut seen: HashSet<(i32, u64)> = HashSet::new();
-        let mut held: Vec<(Member, Pidfd)> = Vec::new();
+        let mut held: Vec<(Member, Handle)> = Vec::new();
         let mut s = lock(&self.shared);
         // Bounded: each round stops everyone it finds; only a process still running can add
         // new ones, and a stopped parent keeps its children findable.
@@ -260,8 +252,8 @@ impl Containment for PgidBackend {
                 break;
             }
             for e in fresh {
-                if let Some(fd) = Pidfd::open_checked(e.pid, e.starttime) {
-                    let _ = signal::to_pidfd(&fd, Signal::STOP);
+                if let Some(fd) = Handle::open_checked(e.pid, e.starttime) {
+                    let _ = signal::to_handle(&fd, Signal::STOP);
                     held.push((member(e), fd));
                 }
             }
@@ -270,7 +262,7 @@ impl Containment for PgidBackend {
             signal_group(g, Signal::KILL);
         }
         for (_, fd) in &held {
-            let _ = signal::to_pidfd(fd, Signal::KILL);
+            let _ = signal::to_handle(fd, Signal::KILL);
         }
         drop(s);
         reap::reap_orphans();
@@ -291,12 +283,15 @@ impl Containment for PgidBackend {
             if Instant::now() >= deadline {
                 return false;
             }
-            let fds: Vec<Pidfd> = members
+            let fds: Vec<Handle> = members
                 .iter()
-                .filter_map(|m| Pidfd::open_checked(m.pid, m.starttime))
+                .filter_map(|m| Handle::open_checked(m.pid, m.starttime))
                 .collect();
             let next_look = deadline.min(Instant::now() + self.schedule.slow());
-            while fds.len() == members.len() && !any_exited(&fds) && Instant::now() < next_look {
+            while fds.len() == members.len()
+                && !Handle::any_exited(&fds)
+                && Instant::now() < next_look
+            {
                 tokio::time::sleep_until(next_look.min(Instant::now() + LOOK_AGAIN)).await;
             }
         }

@@ -2,8 +2,7 @@
 
 use serde::Serialize;
 
-use reaper_platform::linux::signal;
-use reaper_platform::{ExitStatus, Signal};
+use reaper_platform::{signal, ExitStatus, Signal};
 
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
