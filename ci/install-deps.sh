@@ -11,6 +11,12 @@ cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 mkdir -p "$cache"
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# For the macOS `cargo check` in ci/test.sh (which skips it without the target).
+if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
+  if ! out=$(rustup target add x86_64-apple-darwin 2>&1); then
+    echo "note: cannot add the x86_64-apple-darwin target, so the macOS check will be skipped: $(printf '%s' "$out" | tail -n 1)"
+  fi
+fi
 
 MCP_PY=2.3.0
 PYTEST=8.3.4

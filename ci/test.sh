@@ -18,6 +18,15 @@ cargo fmt --all --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "macOS build: cargo check + clippy --target x86_64-apple-darwin"
+# The pgid backend is macOS's; its platform code is compiled here, never run. No linker needed.
+if rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
+  cargo check --target x86_64-apple-darwin -p reaper-platform
+  cargo clippy --target x86_64-apple-darwin --bin reaper --bin reaper-fixture --bin fake-codex -- -D warnings
+else
+  echo "skipped: the x86_64-apple-darwin target is not installed (rustup target add x86_64-apple-darwin)"
+fi
+
 step "cargo test"
 cargo test --workspace
 
