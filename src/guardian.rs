@@ -124,16 +124,23 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     let stdin = std::io::stdin();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    let mut reaper_dead_since: Option<std::time::Instant> = reaper.is_none().then(std::time::Instant::now);
+    let mut reaper_dead_since: Option<std::time::Instant> =
+        reaper.is_none().then(std::time::Instant::now);
     loop {
-        let timeout = reaper_dead_since.map(|_| rustix::time::Timespec { tv_sec: 0, tv_nsec: 50_000_000 });
+        let timeout = reaper_dead_since.map(|_| rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 50_000_000,
+        });
         let ready = {
             let mut fds = vec![PollFd::new(&stdin, PollFlags::IN)];
             if let (Some(r), None) = (&reaper, reaper_dead_since) {
                 fds.push(PollFd::new(r, PollFlags::IN));
             }
             match poll(&mut fds, timeout.as_ref()) {
-                Ok(_) => (!fds[0].revents().is_empty(), fds.get(1).is_some_and(|f| !f.revents().is_empty())),
+                Ok(_) => (
+                    !fds[0].revents().is_empty(),
+                    fds.get(1).is_some_and(|f| !f.revents().is_empty()),
+                ),
                 Err(rustix::io::Errno::INTR) => continue,
                 Err(_) => break,
             }
@@ -150,7 +157,9 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             while let Some(end) = buf.iter().position(|&b| b == 0) {
                 let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
                 match rec.split_first() {
-                    Some((b'+', p)) => watched.push(PathBuf::from(String::from_utf8_lossy(p).into_owned())),
+                    Some((b'+', p)) => {
+                        watched.push(PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+                    }
                     Some((b'-', p)) => {
                         let p = PathBuf::from(String::from_utf8_lossy(p).into_owned());
                         watched.retain(|w| *w != p);
@@ -184,7 +193,10 @@ fn take_over(cgroups: &[PathBuf]) -> u8 {
         let mut failed = false;
         for path in cgroups {
             match setup::remove_tree(&Cgroup::at(path), deadline).await {
-                Ok(()) => say!("reaper guardian: reaper is gone; killed and removed {}", path.display()),
+                Ok(()) => say!(
+                    "reaper guardian: reaper is gone; killed and removed {}",
+                    path.display()
+                ),
                 Err(e) => {
                     say!("reaper guardian: {e}");
                     failed = true;

@@ -340,7 +340,7 @@ fn keep_leaves_survivors_running_and_says_where() {
 #[test]
 fn a_signal_to_check_stops_the_tree_and_exits_2() {
     let t = Tree::new();
-    let mut child = reaper()
+    let child = reaper()
         .args(["check", "--containment", "subreaper", "--"])
         .args(t.fixture(&["setsid-grandchild"]))
         .stdin(Stdio::null())

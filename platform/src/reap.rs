@@ -73,7 +73,9 @@ pub fn try_reap_leader(leader: &Handle) -> std::io::Result<Option<ExitStatus>> {
         // readable and would wake it forever.
         Err(rustix::io::Errno::CHILD) => match table.get(&key).copied().flatten() {
             Some(status) => Ok(Some(status)),
-            None => Err(std::io::Error::from_raw_os_error(rustix::io::Errno::CHILD.raw_os_error())),
+            None => Err(std::io::Error::from_raw_os_error(
+                rustix::io::Errno::CHILD.raw_os_error(),
+            )),
         },
         Err(e) => Err(e.into()),
     }

@@ -264,8 +264,8 @@ async fn check_once(
             let sent = !exited
                 && if args.interrupt_group {
                     // The group reaper created for CMD (process_group(0): pgid = leader pid), never
-                // whatever group the leader may have moved to.
-                Pid::from_raw(leader_pid).is_some_and(|g| {
+                    // whatever group the leader may have moved to.
+                    Pid::from_raw(leader_pid).is_some_and(|g| {
                         matches!(
                             signal::to_process_group(g, args.interrupt_signal),
                             Ok(signal::Delivery::Sent)
@@ -454,7 +454,13 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
             );
             say!(
                 "  {:>7} {:>7} {:>7} {:>7} {:>2} {:>7}  {:<26} COMMAND",
-                "PID", "PPID", "PGID", "SID", "S", "AGE", "ESCAPED BY"
+                "PID",
+                "PPID",
+                "PGID",
+                "SID",
+                "S",
+                "AGE",
+                "ESCAPED BY"
             );
             for s in &r.survivors {
                 say!(

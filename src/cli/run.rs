@@ -116,9 +116,7 @@ impl ContainArgs {
             match Guardian::spawn() {
                 Ok(g) => Some(Arc::new(g)),
                 Err(e) => {
-                    say!(
-                        "reaper: warning: {e}; if reaper is SIGKILLed its tree may outlive it"
-                    );
+                    say!("reaper: warning: {e}; if reaper is SIGKILLed its tree may outlive it");
                     None
                 }
             }
@@ -259,7 +257,9 @@ async fn run(args: RunArgs) -> u8 {
     if let Some(stdin_allowance) = second {
         let wait = async {
             if stdin_allowance {
-                tokio::time::timeout(allowance, run.wait_leader()).await.is_ok()
+                tokio::time::timeout(allowance, run.wait_leader())
+                    .await
+                    .is_ok()
             } else {
                 run.linger(args.linger).await;
                 false

@@ -212,7 +212,10 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
                 }
             };
             if !woke {
-                return Err(format!("{} still populated after cgroup.kill", cg.path().display()));
+                return Err(format!(
+                    "{} still populated after cgroup.kill",
+                    cg.path().display()
+                ));
             }
         }
         // Children first: rmdir(2) refuses a cgroup with children (EBUSY), as it refuses one

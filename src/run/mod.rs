@@ -428,7 +428,8 @@ impl Run {
         grace: Duration,
         cut_short: impl std::future::Future<Output = ()>,
     ) {
-        self.stop_with(first, FirstTo::Leader, grace, cut_short).await
+        self.stop_with(first, FirstTo::Leader, grace, cut_short)
+            .await
     }
 
     async fn stop_with(
@@ -445,7 +446,11 @@ impl Run {
                 FirstTo::Leader => {
                     let leader = self.leader_pid();
                     let sent = self.signal_leader(first);
-                    self.backend.members().into_iter().filter(|m| sent && m.pid == leader).collect()
+                    self.backend
+                        .members()
+                        .into_iter()
+                        .filter(|m| sent && m.pid == leader)
+                        .collect()
                 }
             };
             self.record(&reached);
@@ -470,9 +475,18 @@ impl Run {
             }
         }
         let final_deadline = Instant::now() + KILL_DEADLINE;
-        let round = match self.backend.kind() {
-            BackendKind::Cgroup => KILL_DEADLINE,
-            BackendKind::Subreaper | BackendKind::Pgid => KILL_ROUND,
+        // cgroup.kill is atomic: one write, then only waiting. Sweeps that a fork can outrun
+        // (no cgroup.kill before Linux 5.14, subreaper, pgid) are repeated.
+        let atomic_kill = match &self.backend {
+            #[cfg(target_os = "linux")]
+            Backend::Cgroup(b) => b.cgroup().has_kill(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        };
+        let round = if atomic_kill {
+            KILL_DEADLINE
+        } else {
+            KILL_ROUND
         };
         loop {
             if self.backend.is_empty() {
@@ -605,7 +619,11 @@ impl Drop for Run {
     fn drop(&mut self) {
         if !self.ended {
             let killed = self.backend.kill_all();
-            tracing::warn!("run of {:?} dropped before its end; killed {} process(es)", self.argv.first(), killed.len());
+            tracing::warn!(
+                "run of {:?} dropped before its end; killed {} process(es)",
+                self.argv.first(),
+                killed.len()
+            );
             reap::reap_orphans();
         }
     }

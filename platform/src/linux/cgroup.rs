@@ -135,7 +135,12 @@ impl Cgroup {
     pub fn lock_owner(&self) -> cgroupfs::Result<OwnedFd> {
         use rustix::fs::{flock, FlockOperation, Mode, OFlags};
         let err = |e: rustix::io::Errno| CgroupFsError::new(Op::Open, &self.path, e.into());
-        let fd = rustix::fs::open(&self.path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()).map_err(err)?;
+        let fd = rustix::fs::open(
+            &self.path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(err)?;
         flock(&fd, FlockOperation::NonBlockingLockExclusive).map_err(err)?;
         Ok(fd)
     }
@@ -143,7 +148,11 @@ impl Cgroup {
     /// Whether some live process holds [`Cgroup::lock_owner`]'s lock.
     pub fn owner_lock_held(&self) -> bool {
         use rustix::fs::{flock, FlockOperation, Mode, OFlags};
-        let Ok(fd) = rustix::fs::open(&self.path, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty()) else {
+        let Ok(fd) = rustix::fs::open(
+            &self.path,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) else {
             return false;
         };
         // Acquired means nobody holds it; closing `fd` releases it again.
