@@ -164,7 +164,7 @@ async fn check(args: CheckArgs) -> u8 {
         leaked_runs: 0,
         error: None,
     };
-    let Some(mut sigs) = Signals::new() else {
+    let Some(mut sigs) = super::Signals::new() else {
         say!("reaper: cannot install signal handlers");
         return 2;
     };
@@ -217,7 +217,7 @@ async fn check(args: CheckArgs) -> u8 {
 async fn check_once(
     args: &CheckArgs,
     opts: &crate::run::ContainOpts,
-    sigs: &mut Signals,
+    sigs: &mut super::Signals,
 ) -> Result<RunReport, String> {
     let mut cmd = Command::new(&args.command[0]);
     cmd.args(&args.command[1..]);
@@ -362,32 +362,6 @@ async fn check_once(
         survivors,
         killed: kill,
     })
-}
-
-/// SIGINT, SIGTERM and SIGHUP to reaper, listened for before CMD starts.
-pub struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    pub fn new() -> Option<Self> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Some(Self {
-            int: signal(SignalKind::interrupt()).ok()?,
-            term: signal(SignalKind::terminate()).ok()?,
-            hup: signal(SignalKind::hangup()).ok()?,
-        })
-    }
-
-    pub async fn recv(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.int.recv() => Signal::INT,
-            _ = self.term.recv() => Signal::TERM,
-            _ = self.hup.recv() => Signal::HUP,
-        }
-    }
 }
 
 /// Everything a user needs to find a leaked process and see how it got away.

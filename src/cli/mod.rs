@@ -46,3 +46,31 @@ pub fn die_with_parent() -> Result<(), String> {
     }
     Ok(())
 }
+
+/// SIGINT, SIGTERM and SIGHUP to reaper. Create before spawning, so a signal in between stops
+/// the tree instead of killing reaper.
+pub struct Signals {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    pub fn new() -> Option<Self> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Some(Self {
+            int: signal(SignalKind::interrupt()).ok()?,
+            term: signal(SignalKind::terminate()).ok()?,
+            hup: signal(SignalKind::hangup()).ok()?,
+        })
+    }
+
+    pub async fn recv(&mut self) -> reaper_platform::Signal {
+        use reaper_platform::Signal;
+        tokio::select! {
+            _ = self.int.recv() => Signal::INT,
+            _ = self.term.recv() => Signal::TERM,
+            _ = self.hup.recv() => Signal::HUP,
+        }
+    }
+}

@@ -6,7 +6,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use reaper_platform::{ExitStatus, Signal};
-use tokio::signal::unix::{signal as unix_signal, SignalKind};
 
 use super::parse;
 use crate::guardian::Guardian;
@@ -162,11 +161,7 @@ pub fn main(args: RunArgs) -> u8 {
 
 async fn run(args: RunArgs) -> u8 {
     // Listen before spawning, so a signal in between stops the tree instead of killing reaper.
-    let (Ok(mut sigint), Ok(mut sigterm), Ok(mut sighup)) = (
-        unix_signal(SignalKind::interrupt()),
-        unix_signal(SignalKind::terminate()),
-        unix_signal(SignalKind::hangup()),
-    ) else {
+    let Some(mut sigs) = super::Signals::new() else {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
@@ -218,8 +213,9 @@ async fn run(args: RunArgs) -> u8 {
         }
     };
     tokio::pin!(timeout, eof);
-    let term_reason = || {
-        if args.die_with_parent && super::parent_died() {
+    // SIGTERM after reaper's parent died is the parent-death signal (--die-with-parent).
+    let reason_for = |sig: Signal| {
+        if sig == Signal::TERM && args.die_with_parent && super::parent_died() {
             StopReason::ParentDied
         } else {
             StopReason::Signal
@@ -240,9 +236,7 @@ async fn run(args: RunArgs) -> u8 {
     let (mut reason, mut received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
         _ = &mut timeout => (StopReason::Timeout, None),
-        _ = sigint.recv() => (StopReason::Signal, Some(Signal::INT)),
-        _ = sigterm.recv() => (term_reason(), Some(Signal::TERM)),
-        _ = sighup.recv() => (StopReason::Signal, Some(Signal::HUP)),
+        sig = sigs.recv() => (reason_for(sig), Some(sig)),
         _ = &mut eof => (StopReason::StdinEof, None),
     };
     announce(reason, received);
@@ -273,9 +267,7 @@ async fn run(args: RunArgs) -> u8 {
                 None
             }
             _ = &mut timeout => Some((StopReason::Timeout, None)),
-            _ = sigint.recv() => Some((StopReason::Signal, Some(Signal::INT))),
-            _ = sigterm.recv() => Some((term_reason(), Some(Signal::TERM))),
-            _ = sighup.recv() => Some((StopReason::Signal, Some(Signal::HUP))),
+            sig = sigs.recv() => Some((reason_for(sig), Some(sig))),
         };
         if let Some((r, sig)) = interrupted {
             (reason, received) = (r, sig);
@@ -289,11 +281,7 @@ async fn run(args: RunArgs) -> u8 {
     };
     // A second INT/TERM/HUP during the grace period means "now".
     let again = async {
-        tokio::select! {
-            _ = sigint.recv() => {}
-            _ = sigterm.recv() => {}
-            _ = sighup.recv() => {}
-        }
+        sigs.recv().await;
     };
     let leftovers = if reason == StopReason::Exited {
         run.members().len()

@@ -72,7 +72,7 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
-/// Every descendant of `root` (not `root` itself), breadth first, zombies included; `skip`
+/// Every descendant of `root` (not `root` itself), depth first, zombies included; `skip`
 /// prunes a subtree (reaper's guardian, say).
 pub fn descendants(root: i32, skip: &[i32]) -> Vec<ProcStat> {
     let mut out = Vec::new();
