@@ -23,11 +23,19 @@ use std::os::fd::OwnedFd;
 pub use rustix::process::{Pid, Signal};
 use tokio::io::unix::AsyncFd;
 
-/// Registers an owned fd (pidfd, inotify, kqueue) with tokio's reactor for readability.
+/// Registers an owned fd (pidfd, kqueue) with tokio's reactor for readability.
 pub(crate) fn async_readable(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    async_fd(fd, tokio::io::Interest::READABLE)
+}
+
+/// Registers an owned fd with tokio's reactor for `interest`.
+pub(crate) fn async_fd(
+    fd: OwnedFd,
+    interest: tokio::io::Interest,
+) -> std::io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: the `OwnedFd` is moved into the `AsyncFd`, which owns it until dropped, so the raw
     // fd stays open and names the same file description for the registration's whole life.
-    Ok(unsafe { AsyncFd::register_with_interest(fd, tokio::io::Interest::READABLE) }?)
+    Ok(unsafe { AsyncFd::register_with_interest(fd, interest) }?)
 }
 
 /// How a process ended, as `waitid(2)` reports it.

@@ -160,12 +160,31 @@ impl Containment for CgroupBackend {
     }
 
     fn kill_all(&self) -> Vec<Member> {
-        let before = self.members();
         if self.cgroup.has_kill() {
+            // Kill first, describe after: reading /proc/PID/stat for a thousand processes takes
+            // longer than the kill, and the tree keeps running meanwhile. The pids are only
+            // counted, so cgroup.procs alone names them (no start time, no name).
+            let pids: Vec<i32> = self
+                .cgroup
+                .subtree()
+                .iter()
+                .flat_map(|cg| cg.procs().unwrap_or_default())
+                .map(|p| p.as_raw_nonzero().get())
+                .collect();
             if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
                 tracing::warn!("{e}");
             }
-        } else {
+            return pids
+                .into_iter()
+                .map(|pid| Member {
+                    pid,
+                    starttime: 0,
+                    comm: String::new(),
+                })
+                .collect();
+        }
+        let before = self.members();
+        {
             // Before Linux 5.14 there is no cgroup.kill; one pidfd SIGKILL each, and the run
             // layer repeats the sweep until the cgroup is empty.
             self.signal_all(Signal::KILL);

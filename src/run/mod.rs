@@ -243,8 +243,9 @@ pub struct Run {
     sink: EventSink,
     started: Instant,
     stop_at: Option<Instant>,
-    /// Every process this run signalled to stop it, by (pid, starttime).
-    stopped: HashSet<(i32, u64)>,
+    /// Pids this run signalled to stop it (a pid is not reused within one teardown: the
+    /// killed processes are ours to reap, or PID 1's, and the tree forks no more).
+    stopped: HashSet<i32>,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,
     /// The fallback warning, if `auto` fell back.
@@ -522,7 +523,7 @@ impl Run {
     }
 
     fn record(&mut self, ms: &[Member]) {
-        self.stopped.extend(ms.iter().map(|m| (m.pid, m.starttime)));
+        self.stopped.extend(ms.iter().map(|m| m.pid));
     }
 
     /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).

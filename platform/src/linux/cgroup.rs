@@ -174,45 +174,43 @@ impl Cgroup {
         }
     }
 
-    /// An inotify watch on `cgroup.events`; the kernel signals a modification whenever
-    /// `populated` or `frozen` changes (cgroup-v2.rst, "cgroup.events").
+    /// A watch on `cgroup.events`: the kernel wakes pollers of the file with POLLPRI whenever
+    /// `populated` or `frozen` changes (cgroup-v2.rst, "cgroup.events"; kernfs_poll). Polling
+    /// the file itself rather than an inotify instance: closing an inotify fd waits for an SRCU
+    /// grace period (~10 ms here), closing this one does not.
     pub fn watch_events(&self) -> cgroupfs::Result<EventsWatch> {
-        use rustix::fs::inotify;
+        use rustix::fs::{Mode, OFlags};
         let path = self.file("cgroup.events");
-        let err = |e: rustix::io::Errno| CgroupFsError::new(Op::Watch, &path, e.into());
-        let fd = inotify::init(inotify::CreateFlags::CLOEXEC | inotify::CreateFlags::NONBLOCK)
-            .map_err(err)?;
-        inotify::add_watch(&fd, &path, inotify::WatchFlags::MODIFY).map_err(err)?;
-        let fd = crate::async_readable(fd).map_err(|e| CgroupFsError::new(Op::Watch, &path, e))?;
+        let err = |e: std::io::Error| CgroupFsError::new(Op::Watch, &path, e);
+        let fd = rustix::fs::open(
+            &path,
+            OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err(e.into()))?;
+        // Reading syncs this open file with the current state, so only later changes wake it.
+        let mut buf = [0u8; 256];
+        rustix::io::pread(&fd, &mut buf, 0).map_err(|e| err(e.into()))?;
+        let fd = crate::async_fd(fd, tokio::io::Interest::PRIORITY).map_err(err)?;
         Ok(EventsWatch { fd })
     }
 }
 
-/// Wakes when `cgroup.events` changes. Check the state you care about first, then await
-/// [`EventsWatch::changed`]: a change between the check and the watch would be lost otherwise,
-/// so create the watch before the first check.
+/// Wakes when `cgroup.events` changes. Create the watch, *then* check the state you care about,
+/// then await [`EventsWatch::changed`]: a change between the check and the await still wakes it.
 pub struct EventsWatch {
     fd: AsyncFd<OwnedFd>,
 }
 
 impl EventsWatch {
-    /// Waits for at least one modification event, draining every queued one.
+    /// Waits for the next change of `cgroup.events`.
     pub async fn changed(&mut self) -> std::io::Result<()> {
-        loop {
-            let mut guard = self.fd.readable().await?;
-            let mut buf = [0u8; 1024];
-            match rustix::io::read(guard.get_inner().as_fd(), &mut buf) {
-                Ok(_) => {
-                    // Drain anything else queued so the next await waits for a new change.
-                    while rustix::io::read(guard.get_inner().as_fd(), &mut buf).is_ok() {}
-                    guard.clear_ready();
-                    return Ok(());
-                }
-                Err(rustix::io::Errno::AGAIN) => guard.clear_ready(),
-                Err(rustix::io::Errno::INTR) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
+        let mut guard = self.fd.ready(tokio::io::Interest::PRIORITY).await?;
+        // Re-read to re-arm: kernfs reports POLLPRI until this open file has seen the change.
+        let mut buf = [0u8; 256];
+        let _ = rustix::io::pread(guard.get_inner().as_fd(), &mut buf, 0);
+        guard.clear_ready();
+        Ok(())
     }
 }
 
