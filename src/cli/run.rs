@@ -196,7 +196,7 @@ async fn run(args: RunArgs) -> u8 {
     if let Some(w) = &run.warning {
         say!("{w}");
     }
-    let mut stdin_eof = pipes.stdin.map(relay_stdin);
+    let mut stdin_eof = pipes.stdin.and_then(relay_stdin);
 
     let timeout = async {
         match args.timeout {
@@ -326,7 +326,9 @@ async fn run(args: RunArgs) -> u8 {
 /// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep
 /// back-pressure and add no latency; fd 0 is shared with others, so it is never made
 /// non-blocking). Resolves when reaper's stdin reaches EOF, after CMD's stdin was closed.
-fn relay_stdin(mut to_child: ChildStdin) -> tokio::sync::oneshot::Receiver<()> {
+/// `None` when no thread could be started: then there is no EOF to act on (the closed relay is
+/// not the client going away), and CMD's stdin is closed.
+fn relay_stdin(mut to_child: ChildStdin) -> Option<tokio::sync::oneshot::Receiver<()>> {
     use std::io::{Read, Write};
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
@@ -354,10 +356,13 @@ fn relay_stdin(mut to_child: ChildStdin) -> tokio::sync::oneshot::Receiver<()> {
             drop(to_child);
             let _ = tx.send(());
         });
-    if let Err(e) = spawned {
-        tracing::warn!("cannot start the stdin relay: {e}");
+    match spawned {
+        Ok(_) => Some(rx),
+        Err(e) => {
+            say!("reaper: warning: cannot start the stdin relay ({e}); CMD's stdin is closed and --on-stdin-eof is not in effect");
+            None
+        }
     }
-    rx
 }
 
 fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
