@@ -139,15 +139,10 @@ impl CodexServer {
                     limit: cfg.max_concurrent,
                 });
                 tracing::info!(call = id, "queued: all {} slots busy", cfg.max_concurrent);
+                // Cancel and shutdown first: a slot freed at the same moment must not start codex
+                // for a call that is already over.
                 tokio::select! {
-                    p = inner.slots.clone().acquire_owned() => match p {
-                        Ok(p) => p,
-                        // Only a closed semaphore fails, and this one is never closed.
-                        Err(_) => {
-                            progress.close().await;
-                            return ending_before_start(Ending::NotContained("no call slot".into()));
-                        }
-                    },
+                    biased;
                     _ = ctx.ct.cancelled() => {
                         progress.close().await;
                         return ending_before_start(Ending::Cancelled { returncode: None });
@@ -156,6 +151,14 @@ impl CodexServer {
                         progress.close().await;
                         return ending_before_start(Ending::Shutdown { returncode: None });
                     }
+                    p = inner.slots.clone().acquire_owned() => match p {
+                        Ok(p) => p,
+                        // Only a closed semaphore fails, and this one is never closed.
+                        Err(_) => {
+                            progress.close().await;
+                            return ending_before_start(Ending::NotContained("no call slot".into()));
+                        }
+                    },
                 }
             }
         };
