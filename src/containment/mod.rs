@@ -22,7 +22,8 @@ pub mod subreaper;
 
 use std::process::Command;
 
-use reaper_platform::{Pid, Signal};
+use reaper_platform::process::Handle;
+use reaper_platform::{signal, Pid, Signal};
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -146,4 +147,16 @@ impl Containment for Backend {
     fn release(&mut self) -> Result<(), String> {
         each!(self, b => b.release())
     }
+}
+
+/// Sends `sig` to each member through a handle opened on its (pid, start time), never a bare
+/// pid that may have been reused meanwhile; returns the members it reached.
+pub(crate) fn signal_each(members: Vec<Member>, sig: Signal) -> Vec<Member> {
+    members
+        .into_iter()
+        .filter(|m| {
+            Handle::open_checked(m.pid, m.starttime)
+                .is_some_and(|h| matches!(signal::to_handle(&h, sig), Ok(signal::Delivery::Sent)))
+        })
+        .collect()
 }

@@ -221,14 +221,7 @@ impl Containment for PgidBackend {
     }
 
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
-        self.members()
-            .into_iter()
-            .filter(|m| {
-                Handle::open_checked(m.pid, m.starttime).is_some_and(|fd| {
-                    matches!(signal::to_handle(&fd, sig), Ok(signal::Delivery::Sent))
-                })
-            })
-            .collect()
+        super::signal_each(self.members(), sig)
     }
 
     /// SIGSTOP the remembered groups and every member, look again until a look finds nobody

@@ -63,14 +63,7 @@ impl Containment for SubreaperBackend {
     }
 
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
-        self.members()
-            .into_iter()
-            .filter(|m| {
-                Pidfd::open_checked(m.pid, m.starttime).is_some_and(|fd| {
-                    matches!(signal::to_pidfd(&fd, sig), Ok(signal::Delivery::Sent))
-                })
-            })
-            .collect()
+        super::signal_each(self.members(), sig)
     }
 
     /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
