@@ -13,7 +13,7 @@ mkdir -p "$cache"
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # For the macOS `cargo check` in ci/test.sh (which skips it without the target).
 if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
-  if ! out=$(rustup target add x86_64-apple-darwin 2>&1); then
+  if ! out=$(timeout 300 rustup target add x86_64-apple-darwin 2>&1); then
     echo "note: cannot add the x86_64-apple-darwin target, so the macOS check will be skipped: $(printf '%s' "$out" | tail -n 1)"
   fi
 fi
