@@ -95,8 +95,10 @@ impl CodexServer {
             return error_result(&format!("unknown tool: {}", req.name));
         };
         let args = req.arguments.unwrap_or_default();
-        let checked = params::validate(tool, &args)
-            .and_then(|p| params::check_more(&p, !cfg.flags.overrides(tool, "cd")).map(|()| p));
+        let checked = match params::validate(tool, &args) {
+            Ok(p) => check_more_off_thread(p, !cfg.flags.overrides(tool, "cd")).await,
+            Err(m) => Err(m),
+        };
         let p = match checked {
             Ok(p) => p,
             Err(m) => return error_result(&format!("input validation: {m}")),
@@ -376,6 +378,25 @@ fn common_props(default_timeout: u64) -> JsonObject {
         }
     });
     v.as_object().cloned().unwrap_or_default()
+}
+
+/// How long the `cd` check may take before the call is refused.
+const CD_CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `check_more` stats the `cd` directory, which blocks on a hung network mount: it runs on a
+/// blocking thread with a limit, never on the runtime thread that every call, timeout and the
+/// shutdown share.
+async fn check_more_off_thread(p: params::Params, cd_used: bool) -> Result<params::Params, String> {
+    let probe = p.clone();
+    let check = tokio::task::spawn_blocking(move || params::check_more(&probe, cd_used));
+    match tokio::time::timeout(CD_CHECK_LIMIT, check).await {
+        Ok(Ok(r)) => r.map(|()| p),
+        Ok(Err(e)) => Err(format!("cannot check the parameters: {e}")),
+        Err(_) => Err(format!(
+            "`cd` did not answer within {}s (a hung mount?)",
+            CD_CHECK_LIMIT.as_secs()
+        )),
+    }
 }
 
 #[cfg(test)]
