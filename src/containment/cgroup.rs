@@ -253,5 +253,5 @@ impl Containment for CgroupBackend {
 /// Passes over the run's members when moving them to a kept cgroup.
 const MOVE_PASSES: usize = 16;
 
-/// Only when inotify is unavailable (fd limits): how often to re-read `cgroup.events`.
+/// Only when `cgroup.events` cannot be watched (fd limits): how often to re-read it.
 const POLL_WITHOUT_INOTIFY: std::time::Duration = std::time::Duration::from_millis(5);

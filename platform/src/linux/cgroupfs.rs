@@ -32,7 +32,7 @@ impl fmt::Display for CgroupFsError {
             Op::Open => write!(f, "failed to open {p}: {}", self.source),
             Op::Mkdir => write!(f, "cannot create {p}: {}", self.source),
             Op::Rmdir => write!(f, "cannot remove {p}: {}", self.source),
-            Op::Watch => write!(f, "cannot watch {p} with inotify: {}", self.source),
+            Op::Watch => write!(f, "cannot watch {p} for changes: {}", self.source),
         }
     }
 }
