@@ -679,3 +679,69 @@ fn doctor_reports_the_backend_auto_picks() {
     let human = run_reaper(["doctor"]);
     assert!(String::from_utf8_lossy(&human.stdout).contains("auto backend"));
 }
+
+/// CI runners are often started by init without `setsid()`: reaper then sits in session 0, and
+/// in a PID namespace its group and session may have no number at all (`getsid` answers 0).
+/// Every backend must work there. The check runs inside a new PID namespace, by its init, right
+/// after reaper exits: the namespace's end would kill any survivor and hide it.
+#[test]
+fn every_backend_works_when_the_session_and_group_have_no_number() {
+    let probe = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .stderr(Stdio::null())
+        .status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: cannot make a PID namespace here (`unshare --pid` needs root)");
+        return;
+    }
+    for backend in ["cgroup", "subreaper", "pgid"] {
+        if skip_without_cgroup(backend) {
+            continue;
+        }
+        let t = Tree::new();
+        let script = r#"
+            python3 -c 'import os; print("sid", os.getsid(0), "pgid", os.getpgrp())'
+            "$@"; rc=$?
+            if flock -n -x "$ORACLE" true; then echo "clean $rc"; else echo "leaked $rc"; fi
+        "#;
+        let mut args: Vec<String> = ["--pid", "--fork", "--mount-proc", "--", "sh", "-c"]
+            .map(String::from)
+            .to_vec();
+        args.extend([
+            script.into(),
+            "sh".into(),
+            env!("CARGO_BIN_EXE_reaper").into(),
+        ]);
+        args.extend(
+            [
+                "run",
+                "--containment",
+                backend,
+                "--timeout",
+                "1s",
+                "--grace",
+                "200ms",
+                "--",
+            ]
+            .map(String::from),
+        );
+        args.extend(t.fixture(&["setsid-grandchild"]));
+        let out = std::process::Command::new("unshare")
+            .args(&args)
+            .env("ORACLE", t.oracle())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .output()
+            .expect("run unshare");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("sid 0 pgid 0"),
+            "{backend}: the namespace did not hide the session: {stdout}"
+        );
+        assert!(
+            stdout.contains("clean 124"),
+            "{backend}: {stdout}\n{}",
+            stderr(&out)
+        );
+    }
+}

@@ -86,8 +86,15 @@ pub(crate) fn to_self(sig: Signal) -> io::Result<()> {
     Ok(())
 }
 
-/// `kill(-pgid, sig)`: only for a process group this process created.
+/// `kill(-pgid, sig)`: only for a process group this process created. Group 1 is refused:
+/// `kill(-1, …)` means every process the caller may signal.
 pub fn to_process_group(pgid: Pid, sig: Signal) -> io::Result<Delivery> {
+    if pgid.as_raw_nonzero().get() == 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to signal process group 1: kill(-1) would reach every process",
+        ));
+    }
     tracing::debug!(
         pgid = pgid.as_raw_nonzero().get(),
         sig = name(sig),
@@ -183,5 +190,13 @@ mod tests {
             assert_eq!(parse(n), Some(*s));
             assert_eq!(parse(&s.as_raw().to_string()), Some(*s));
         }
+    }
+
+    #[test]
+    fn group_1_is_never_signalled() {
+        // WINCH is ignored by default: were the guard gone, kill(-1) would harm nothing.
+        let one = Pid::from_raw(1).unwrap();
+        let e = to_process_group(one, Signal::WINCH).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     }
 }

@@ -60,11 +60,8 @@ fn caught(t: Trial) -> bool {
     drop(wr);
 
     let me = rustix::process::getpid().as_raw_nonzero().get();
-    let own_pgid = rustix::process::getpgrp().as_raw_nonzero().get();
-    let own_sid = rustix::process::getsid(None)
-        .unwrap()
-        .as_raw_nonzero()
-        .get();
+    let own_pgid = reaper_platform::process::own_process_group();
+    let own_sid = reaper_platform::process::session_of(None).unwrap();
     let mut tracker = Tracker::new(own_pgid, own_sid);
     tracker.set_leader(leader, leader);
     let seen = Arc::new(Mutex::new(HashSet::new()));

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
-use reaper_platform::process::Handle;
+use reaper_platform::process::{self, Handle};
 use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule, Tracker};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
@@ -60,8 +60,8 @@ impl PgidBackend {
     /// A backend whose tracker looks every `schedule` interval once the leader runs.
     pub fn new(schedule: Schedule) -> std::io::Result<Self> {
         let table = tracker::default_table()?;
-        let own_pgid = rustix::process::getpgrp().as_raw_nonzero().get();
-        let own_sid = rustix::process::getsid(None)?.as_raw_nonzero().get();
+        let own_pgid = process::own_process_group();
+        let own_sid = process::session_of(None)?;
         let mut shared = Shared {
             table,
             tracker: Tracker::new(own_pgid, own_sid),

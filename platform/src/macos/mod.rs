@@ -28,11 +28,10 @@ impl ProcessTable for PsTable {
             .filter_map(|r| {
                 // Pid 0 (kernel_task, if listed) has no session of its own to ask for:
                 // `getsid(None)` would answer with ours.
-                let pid = rustix::process::Pid::from_raw(r.pid)?;
-                let sid = rustix::process::getsid(Some(pid))
-                    .ok()?
-                    .as_raw_nonzero()
-                    .get();
+                if r.pid <= 0 {
+                    return None;
+                }
+                let sid = crate::process::session_of(Some(r.pid)).ok()?;
                 Some(r.into_entry(sid))
             })
             .collect();

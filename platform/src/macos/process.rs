@@ -128,9 +128,7 @@ pub fn stat(pid: i32) -> io::Result<ProcStat> {
             _ => e,
         });
     }
-    let sid = Pid::from_raw(pid)
-        .and_then(|p| rustix::process::getsid(Some(p)).ok())
-        .map_or(0, |s| s.as_raw_nonzero().get());
+    let sid = crate::process::session_of(Some(pid)).unwrap_or(0);
     Ok(ProcStat {
         pid,
         comm: c_name(&info.pbi_comm),

@@ -47,7 +47,7 @@ mod tests {
         let (pid, start) = procfs::self_identity().unwrap();
         let me = rows.iter().find(|e| e.pid == pid).unwrap();
         assert_eq!(me.starttime, start);
-        assert_eq!(me.pgid, rustix::process::getpgrp().as_raw_nonzero().get());
+        assert_eq!(me.pgid, crate::process::own_process_group());
         assert!(!me.zombie);
         assert_eq!(ProcTable.lookup(pid).unwrap().as_ref(), Some(me));
         assert_eq!(ProcTable.lookup(i32::MAX).unwrap(), None);
