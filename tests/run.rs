@@ -411,28 +411,50 @@ backend_tests!(cgroup, "cgroup");
 backend_tests!(subreaper, "subreaper");
 backend_tests!(pgid, "pgid");
 
+/// The ways a leader is started: with the cgroup backend by `clone3(CLONE_INTO_CGROUP)`, or by
+/// std's spawn with a join in `pre_exec` where clone3 is refused (`REAPER_CLONE3=0` forces
+/// that); with the other backends always by std's spawn. Each must start the command the same.
+const SPAWN_PATHS: [(&str, &str); 4] = [
+    ("cgroup", "1"),
+    ("cgroup", "0"),
+    ("subreaper", "1"),
+    ("pgid", "1"),
+];
+
 #[test]
 fn command_not_found_is_127_and_not_executable_is_126() {
-    let out = run_reaper(["run", "--", "/nonexistent/program"]);
-    assert_eq!(code(&out), 127);
-    assert_eq!(
-        stderr(&out).trim(),
-        "reaper: cannot run '/nonexistent/program': command not found"
-    );
     let dir = tempfile::tempdir().unwrap();
     let plain = dir.path().join("not-executable");
     std::fs::write(&plain, "echo hi\n").unwrap();
-    let out = run_reaper([
-        std::ffi::OsStr::new("run"),
-        "--".as_ref(),
-        plain.as_os_str(),
-    ]);
-    assert_eq!(code(&out), 126);
-    let want = format!(
-        "reaper: cannot run '{}': Permission denied",
-        plain.display()
-    );
-    assert!(stderr(&out).starts_with(&want), "{}", stderr(&out));
+    for (backend, clone3) in SPAWN_PATHS {
+        if skip_without_cgroup(backend) {
+            continue;
+        }
+        let run = |cmd: &std::ffi::OsStr| {
+            let out = reaper()
+                .args(["run", "--containment", backend, "--"])
+                .arg(cmd)
+                .env("REAPER_CLONE3", clone3)
+                .output()
+                .unwrap();
+            (code(&out), stderr(&out))
+        };
+        let (rc, err) = run("/nonexistent/program".as_ref());
+        assert_eq!(rc, 127, "{backend}/{clone3}: {err}");
+        assert_eq!(
+            err.trim(),
+            "reaper: cannot run '/nonexistent/program': command not found"
+        );
+        let (rc, err) = run("no-such-command-on-path".as_ref());
+        assert_eq!(rc, 127, "{backend}/{clone3}: {err}");
+        let (rc, err) = run(plain.as_os_str());
+        assert_eq!(rc, 126, "{backend}/{clone3}: {err}");
+        let want = format!(
+            "reaper: cannot run '{}': Permission denied",
+            plain.display()
+        );
+        assert!(err.starts_with(&want), "{backend}/{clone3}: {err}");
+    }
 }
 
 #[test]
@@ -458,27 +480,70 @@ fn usage_errors_are_125_with_a_reason() {
 #[test]
 fn stdin_stdout_env_and_cwd_pass_through() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = reaper()
-        .args([
-            "run",
-            "--",
-            "sh",
-            "-c",
-            "read line; echo \"$line|$REAPER_TEST_VAR|$(pwd)\"",
-        ])
-        .env("REAPER_TEST_VAR", "v1")
-        .current_dir(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    use std::io::Write;
-    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("hello|v1|{}", dir.path().canonicalize().unwrap().display())
+    // No `#!` line: found along PATH and run by /bin/sh, as execvp(3) does.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let script = bin.join("echo-line");
+    std::fs::write(
+        &script,
+        "read line; echo \"$line|$1|$REAPER_TEST_VAR|$(pwd)\"\n\
+         grep -E '^(SigBlk|SigIgn)' /proc/self/status; grep '^0::' /proc/self/cgroup\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
     );
+    for (backend, clone3) in SPAWN_PATHS {
+        if skip_without_cgroup(backend) {
+            continue;
+        }
+        let mut child = reaper()
+            .args(["run", "--containment", backend, "--", "echo-line", "arg 1"])
+            .env("REAPER_TEST_VAR", "v1")
+            .env("REAPER_CLONE3", clone3)
+            .env("PATH", &path)
+            .current_dir(dir.path())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut lines = text.lines();
+        let what = format!("{backend}/{clone3}: {text}");
+        assert_eq!(
+            lines.next(),
+            Some(
+                format!(
+                    "hello|arg 1|v1|{}",
+                    dir.path().canonicalize().unwrap().display()
+                )
+                .as_str()
+            ),
+            "{what}"
+        );
+        let status: std::collections::HashMap<&str, u64> = lines
+            .clone()
+            .filter_map(|l| {
+                let (k, v) = l.split_once(":\t")?;
+                Some((k, u64::from_str_radix(v.trim(), 16).ok()?))
+            })
+            .collect();
+        // Nothing blocked, and SIGPIPE (13) not ignored although reaper, a Rust program, does.
+        assert_eq!(status.get("SigBlk"), Some(&0), "{what}");
+        assert_eq!(
+            status.get("SigIgn").map(|m| m & (1 << 12)),
+            Some(0),
+            "{what}"
+        );
+        let cgroup = lines.find(|l| l.starts_with("0::")).unwrap_or_default();
+        assert_eq!(cgroup.contains("/reaper-"), backend == "cgroup", "{what}");
+    }
 }
 
 /// Negative control (the test's survivor check can fail): the same setsid escapee, killed the

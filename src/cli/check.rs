@@ -2,8 +2,6 @@
 //! report every process that outlived it. A regression harness for leaked-process bugs.
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use reaper_platform::{process, signal};
@@ -13,7 +11,7 @@ use tokio::time::Instant;
 
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
-use crate::run::{EventSink, Outcome, Run, StopReason};
+use crate::run::{EventSink, Io, LeaderCommand, Outcome, Run, StopReason};
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -219,11 +217,11 @@ async fn check_once(
     opts: &crate::run::ContainOpts,
     sigs: &mut super::Signals,
 ) -> Result<RunReport, String> {
-    let mut cmd = Command::new(&args.command[0]);
+    let mut cmd = LeaderCommand::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     cmd.stdin(match args.stdin {
-        StdinMode::Null => Stdio::null(),
-        StdinMode::Inherit => Stdio::inherit(),
+        StdinMode::Null => Io::Null,
+        StdinMode::Inherit => Io::Inherit,
     });
     if args.json {
         // stdout carries the report: CMD's output goes to stderr.
@@ -231,11 +229,11 @@ async fn check_once(
         let fd = std::os::fd::AsFd::as_fd(&err)
             .try_clone_to_owned()
             .map_err(|e| format!("cannot dup stderr: {e}"))?;
-        cmd.stdout(Stdio::from(fd));
+        cmd.stdout(Io::Fd(fd));
     }
     if args.interrupt_group {
         // A group of CMD's own, so the group signal reaches CMD's tree and not reaper.
-        cmd.process_group(0);
+        cmd.process_group();
     }
     let (mut run, _pipes) = Run::start(cmd, opts, EventSink::none())
         .await

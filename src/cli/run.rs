@@ -2,15 +2,16 @@
 
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use reaper_platform::{ExitStatus, Signal};
 
 use super::parse;
 use crate::guardian::Guardian;
-use crate::run::{ContainOpts, Event, EventSink, Outcome, Requested, Run, StopReason};
-use std::process::{ChildStdin, Stdio};
+use crate::run::{
+    ContainOpts, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run, StopReason,
+};
+use std::process::ChildStdin;
 use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
@@ -176,10 +177,10 @@ async fn run(args: RunArgs) -> u8 {
     } else {
         EventSink::none()
     };
-    let mut cmd = Command::new(&args.command[0]);
+    let mut cmd = LeaderCommand::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     if args.on_stdin_eof.is_some() {
-        cmd.stdin(Stdio::piped());
+        cmd.stdin(Io::Piped);
     }
     let opts = args.contain.opts(&args.guard);
     let guardian = opts.guardian.clone();

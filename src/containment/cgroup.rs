@@ -28,9 +28,10 @@ pub struct CgroupBackend {
     hierarchy_path: String,
     /// `cgroup.procs`, opened before fork so the child joins with one allocation-free write.
     procs_fd: OwnedFd,
-    /// An exclusive flock on the cgroup directory, held while this run lives: how a stale-cgroup
-    /// sweep in another PID namespace tells this live run from an abandoned one.
-    _owner_lock: OwnedFd,
+    /// The cgroup's directory, with an exclusive flock held while this run lives: how a
+    /// stale-cgroup sweep in another PID namespace tells this live run from an abandoned one.
+    /// Also what `clone3(CLONE_INTO_CGROUP)` creates the leader in.
+    dir: OwnedFd,
     released: bool,
 }
 
@@ -42,7 +43,7 @@ impl CgroupBackend {
             cgroup,
             hierarchy_path,
             procs_fd,
-            _owner_lock: owner_lock,
+            dir: owner_lock,
             released: false,
         })
     }
@@ -94,6 +95,11 @@ impl CgroupBackend {
                 || p.strip_prefix(self.hierarchy_path.as_str())
                     .is_some_and(|r| r.starts_with('/'))
         })
+    }
+
+    /// See [`Backend::clone_into_cgroup`](super::Backend::clone_into_cgroup).
+    pub fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        std::os::fd::AsFd::as_fd(&self.dir)
     }
 }
 

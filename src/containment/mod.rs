@@ -105,6 +105,16 @@ impl Backend {
             _ => None,
         }
     }
+
+    /// The run cgroup's directory, for a leader created inside it by
+    /// `clone3(CLONE_INTO_CGROUP)` (see `run::command`).
+    #[cfg(target_os = "linux")]
+    pub fn clone_into_cgroup(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        match self {
+            Backend::Cgroup(b) => Some(b.dir_fd()),
+            _ => None,
+        }
+    }
 }
 
 macro_rules! each {

@@ -13,7 +13,6 @@
 //! In every case the tree is empty and its cgroup removed before the result is built.
 
 use std::os::fd::OwnedFd;
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use reaper_platform::{ExitStatus, Signal};
@@ -28,7 +27,7 @@ use super::stream::{EventStream, Tail};
 use crate::containment::Backend;
 #[cfg(target_os = "linux")]
 use crate::containment::Containment;
-use crate::run::{ContainOpts, Event, EventSink, Run, StartError, StopReason};
+use crate::run::{ContainOpts, Event, EventSink, Io, LeaderCommand, Run, StartError, StopReason};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
 pub const DRAIN_WINDOW: Duration = Duration::from_millis(250);
@@ -125,12 +124,12 @@ pub async fn run(
 ) -> Finished {
     let mut stream = EventStream::default();
     let mut stderr = Tail::default();
-    let mut cmd = Command::new(&spec.argv[0]);
+    let mut cmd = LeaderCommand::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .stdin(Io::Piped)
+        .stdout(Io::Piped)
+        .stderr(Io::Piped);
     let id = spec.id;
     let sink = EventSink::new(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
     let (mut run, pipes) = match Run::start(cmd, &spec.contain, sink).await {

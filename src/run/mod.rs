@@ -8,21 +8,20 @@
 //! This module owns the policy (which signal, how long to wait, when to escalate); the
 //! containment backends only provide the mechanisms.
 
+pub mod command;
 pub mod event;
 pub mod outcome;
 
 use std::collections::HashSet;
-#[cfg(target_os = "linux")]
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, ChildStdout, Command};
+use std::process::{ChildStderr, ChildStdin, ChildStdout};
 use std::time::Duration;
 
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::Handle;
 use reaper_platform::tracker::Schedule;
-use reaper_platform::{reap, signal, ExitStatus, Pid, Signal};
+use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
@@ -30,6 +29,7 @@ use tokio::time::Instant;
 use crate::containment::setup;
 use crate::containment::{self, Backend, BackendKind, Containment, Member};
 use crate::guardian::Guardian;
+pub use command::{Io, LeaderCommand};
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
 use std::sync::Arc;
@@ -256,14 +256,11 @@ pub struct Run {
 impl Run {
     /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
     pub async fn start(
-        mut cmd: Command,
+        cmd: LeaderCommand,
         opts: &ContainOpts,
         sink: EventSink,
     ) -> Result<(Run, Pipes), StartError> {
-        let argv: Vec<String> = std::iter::once(cmd.get_program())
-            .chain(cmd.get_args())
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect();
+        let argv = cmd.argv_lossy();
         let (mut backend, warning) = contain(opts).await.map_err(StartError::Reaper)?;
         let guardian = opts.guardian.clone();
         if let (Some(g), Some(path)) = (&guardian, backend.cgroup_path()) {
@@ -283,45 +280,25 @@ impl Run {
             tracing::debug!("not a subreaper: {e}");
         }
         let sigchld = unix_signal(SignalKind::child()).ok();
-        backend.prepare(&mut cmd);
-        #[cfg(target_os = "linux")]
-        {
-            let me = rustix::process::getpid();
-            // If reaper dies before the leader's exec (or at any time after), the leader gets
-            // SIGKILL; the guardian kills the rest. Re-check the parent after setting it: the
-            // death may already have happened (prctl(2)). SAFETY: prctl, getppid and _exit are
-            // async-signal-safe and allocate nothing.
-            unsafe {
-                cmd.pre_exec(move || {
-                    let _ = rustix::process::set_parent_process_death_signal(Some(Signal::KILL));
-                    if rustix::process::getppid() != Some(me) {
-                        libc::_exit(1);
-                    }
-                    Ok(())
-                });
-            }
-        }
         // No `.await` from here to `register_leader`: the runtime is single-threaded, so no
         // `reap_orphans` can run in between and take the leader's status (nor race std's own
         // wait for a child whose exec failed).
-        let mut child = match cmd.spawn() {
-            Ok(c) => c,
+        let spawned = match command::spawn(cmd, &backend) {
+            Ok(s) => s,
             Err(e) => {
                 release(&mut backend);
                 return Err(classify_spawn_error(&e, &argv[0]));
             }
         };
-        let pipes = Pipes {
-            stdin: child.stdin.take(),
-            stdout: child.stdout.take(),
-            stderr: child.stderr.take(),
-        };
-        // Invariant: `child.id()` is a live or zombie child we have not reaped, so the pid is ours.
-        let pid = Pid::from_raw(child.id() as i32)
-            .ok_or_else(|| StartError::Reaper("spawned child has pid 0".into()))?;
+        let (pid, pipes) = (spawned.pid, spawned.pipes);
+        tracing::debug!(
+            pid = pid.as_raw_nonzero().get(),
+            how = spawned.how,
+            "leader started"
+        );
         reap::register_leader(pid);
         backend.spawned(pid);
-        let leader = match Handle::open(pid) {
+        let leader = match spawned.handle {
             Ok(fd) => fd,
             Err(e) => {
                 // Without a pidfd we cannot watch safely: kill what we started and give up.

@@ -5,6 +5,7 @@ pub mod cgroupfs;
 pub mod mountinfo;
 pub mod pidfd;
 pub mod procfs;
+pub mod spawn;
 pub mod subreaper;
 
 // Portable since macOS got a build; still reachable here under the paths Linux code knows.

@@ -21,6 +21,11 @@ impl Pidfd {
         Ok(Self { fd, pid })
     }
 
+    /// A pidfd the kernel handed back with a new child (`clone3(CLONE_PIDFD)`).
+    pub fn from_parts(fd: OwnedFd, pid: Pid) -> Self {
+        Self { fd, pid }
+    }
+
     /// Opens a pidfd for the process `(pid, starttime)`, or `None` when that process is gone
     /// (dead, or the pid now names another process). The start time is checked *after* opening:
     /// if it still matches, the pidfd was opened on that process.

@@ -1,0 +1,348 @@
+//! Starting a process directly inside a cgroup: `clone3(CLONE_INTO_CGROUP | CLONE_PIDFD)`.
+//!
+//! The portable way in (a `write("0")` to `cgroup.procs` between fork and exec) migrates a live
+//! task, which takes the kernel's `cgroup_threadgroup_rwsem` for writing and so waits for an RCU
+//! grace period (~10 ms) whenever nobody migrated a task moments before: the cost of a lone
+//! `reaper run` or MCP call. `CLONE_INTO_CGROUP` (Linux 5.7) creates the child in the cgroup and
+//! takes that lock only for reading. `CLONE_PIDFD` hands back a pidfd with the child, so there
+//! is no moment when the child is known only by its pid.
+//!
+//! std's `Command` cannot pass clone flags, so this is a small spawn of its own, doing what std
+//! does between fork and exec: stdio `dup2`'d into place, the signal mask emptied and SIGPIPE
+//! back to its default, the working directory, exec along `PATH` like `execvp`, and the exec
+//! error carried back through a close-on-exec pipe so "not found" and "not executable" stay
+//! exact. Everything the child needs is built before the clone: between clone and exec the
+//! child only makes system calls (the parent may have other threads; no allocation, no locks).
+//!
+//! [`Unsupported`](SpawnError::Unsupported) means this kernel (or a seccomp filter in front of
+//! it) has no usable `clone3`: the caller falls back to the portable path.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use rustix::process::Pid;
+
+use super::pidfd::Pidfd;
+
+/// What a child is started with. Every string is a C string already: the child cannot allocate.
+pub struct SpawnSpec<'a> {
+    /// The files to try to execute, in order (the `PATH` search happens before the clone).
+    pub candidates: Vec<CString>,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub cwd: Option<CString>,
+    /// The child's fds 0, 1, 2; `None` keeps reaper's own.
+    pub stdio: [Option<BorrowedFd<'a>>; 3],
+    /// `setpgid(0, 0)`: the child leads a new process group.
+    pub new_process_group: bool,
+    /// The signal the child gets when reaper dies (`PR_SET_PDEATHSIG`), checked against a death
+    /// that already happened.
+    pub parent_death_signal: Option<rustix::process::Signal>,
+    /// An fd of the cgroup's directory (`O_RDONLY` or `O_PATH`).
+    pub cgroup: BorrowedFd<'a>,
+}
+
+#[derive(Debug)]
+pub enum SpawnError {
+    /// No usable `clone3(CLONE_INTO_CGROUP)` here (ENOSYS, E2BIG, EINVAL, EPERM from a filter).
+    Unsupported(std::io::Error),
+    /// The kernel would not create a child in this cgroup (EACCES, EBUSY, ENOENT, …): the
+    /// portable way in may still work, and names the problem if it does not.
+    CgroupRefused(std::io::Error),
+    /// The child was created but could not exec (its errno: ENOENT, EACCES, …), or the clone
+    /// itself failed for a reason a fallback would meet too (EAGAIN, ENOMEM).
+    Failed(std::io::Error),
+}
+
+/// The argv and environment as C strings, and `program` resolved along `PATH` the way
+/// `execvp(3)` does (a name with a `/` is used as it is). `path` is the `PATH` the child will
+/// have; `None` means glibc's default, `/bin:/usr/bin`.
+pub fn exec_candidates(program: &OsStr, path: Option<&OsStr>) -> std::io::Result<Vec<CString>> {
+    let c = |b: &[u8]| {
+        CString::new(b).map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a NUL byte in the program name or PATH",
+            )
+        })
+    };
+    let name = program.as_bytes();
+    if name.is_empty() {
+        return Err(std::io::Error::from_raw_os_error(libc::ENOENT));
+    }
+    if name.contains(&b'/') {
+        return Ok(vec![c(name)?]);
+    }
+    let path = path.map_or(&b"/bin:/usr/bin"[..], |p| p.as_bytes());
+    path.split(|&b| b == b':')
+        .map(|dir| {
+            // An empty entry is the current directory (execvp(3)).
+            let dir = if dir.is_empty() { &b"."[..] } else { dir };
+            let mut full = dir.to_vec();
+            full.push(b'/');
+            full.extend_from_slice(name);
+            c(&full)
+        })
+        .collect()
+}
+
+/// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`, Linux 5.7).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const SH: &CStr = c"/bin/sh";
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Starts the child described by `spec` inside its cgroup. Returns its pidfd once it has
+/// exec'd; on an exec failure the child has already been reaped.
+pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
+    let failed = |e: std::io::Error| SpawnError::Failed(e);
+    // Pointer arrays for execve, NULL-terminated, built before the clone.
+    let argv: Vec<*const libc::c_char> = spec
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = spec
+        .envp
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let candidates: Vec<&CStr> = spec.candidates.iter().map(|c| c.as_c_str()).collect();
+    // For a file without a `#!` line (ENOEXEC), execvp(3) runs it with the shell:
+    // `/bin/sh FILE ARGS…`; slot 1 is filled in by the child.
+    let mut sh_argv: Vec<*const libc::c_char> = [SH.as_ptr(), std::ptr::null()]
+        .into_iter()
+        .chain(argv.iter().skip(1).copied())
+        .collect();
+    if sh_argv.len() < 3 {
+        sh_argv.push(std::ptr::null());
+    }
+    let (err_read, err_write) =
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed(e.into()))?;
+    let parent = rustix::process::getpid();
+
+    let mut pidfd: RawFd = -1;
+    let mut args = CloneArgs {
+        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+        pidfd: &mut pidfd as *mut RawFd as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: spec.cgroup.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: without CLONE_VM the child gets a copy of this address space, like fork(2) (std
+    // spawns through this same raw clone3). The child runs only `child_after_clone`, which
+    // makes system calls on data prepared above and never returns.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    if ret == 0 {
+        // SAFETY: in the child; see above.
+        unsafe {
+            child_after_clone(
+                spec,
+                &candidates,
+                &argv,
+                &mut sh_argv,
+                &envp,
+                err_write.as_raw_fd(),
+                parent,
+            )
+        }
+    }
+    if ret < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(match e.raw_os_error() {
+            Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) => {
+                SpawnError::Unsupported(e)
+            }
+            Some(libc::EAGAIN | libc::ENOMEM | libc::EINTR) => SpawnError::Failed(e),
+            _ => SpawnError::CgroupRefused(e),
+        });
+    }
+    // SAFETY: CLONE_PIDFD stored a new fd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let pid = Pid::from_raw(ret as i32).ok_or_else(|| failed(std::io::Error::other("pid 0")))?;
+    let handle = Pidfd::from_parts(pidfd, pid);
+    drop(err_write);
+
+    // EOF: the exec happened (the pipe was close-on-exec). Four bytes: the child's errno.
+    let mut buf = [0u8; 4];
+    let mut got = 0;
+    while got < buf.len() {
+        match rustix::io::read(&err_read, &mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(failed(e.into())),
+        }
+    }
+    if got == 0 {
+        return Ok(handle);
+    }
+    // The child failed before exec and is exiting: reap it here, so its status goes nowhere.
+    let _ = rustix::process::waitid(
+        rustix::process::WaitId::PidFd(handle.as_fd()),
+        rustix::process::WaitIdOptions::EXITED,
+    );
+    let errno = if got == buf.len() {
+        i32::from_ne_bytes(buf)
+    } else {
+        libc::EIO
+    };
+    Err(failed(std::io::Error::from_raw_os_error(errno)))
+}
+
+/// In the child between clone and exec: system calls only. Reports the errno of the first step
+/// that fails (or of the exec) through `err_fd` and exits 127.
+unsafe fn child_after_clone(
+    spec: &SpawnSpec<'_>,
+    candidates: &[&CStr],
+    argv: &[*const libc::c_char],
+    sh_argv: &mut [*const libc::c_char],
+    envp: &[*const libc::c_char],
+    err_fd: RawFd,
+    parent: Pid,
+) -> ! {
+    let fail = |errno: i32| -> ! {
+        let bytes = errno.to_ne_bytes();
+        unsafe {
+            libc::write(err_fd, bytes.as_ptr().cast(), bytes.len());
+            libc::_exit(127)
+        }
+    };
+    let errno = || {
+        std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)
+    };
+    unsafe {
+        if let Some(sig) = spec.parent_death_signal {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig.as_raw() as libc::c_ulong) != 0 {
+                fail(errno());
+            }
+            // The parent may have died before the prctl: then nobody would send the signal.
+            if libc::getppid() != parent.as_raw_nonzero().get() {
+                libc::_exit(1);
+            }
+        }
+        if spec.new_process_group && libc::setpgid(0, 0) != 0 {
+            fail(errno());
+        }
+        for (target, fd) in spec.stdio.iter().enumerate() {
+            let Some(fd) = fd else { continue };
+            let (fd, target) = (fd.as_raw_fd(), target as RawFd);
+            if fd == target {
+                // dup2 onto itself keeps close-on-exec: clear it instead.
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                    fail(errno());
+                }
+            } else if libc::dup2(fd, target) < 0 {
+                fail(errno());
+            }
+        }
+        if let Some(cwd) = &spec.cwd {
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                fail(errno());
+            }
+        }
+        // Rust ignores SIGPIPE and tokio's signal handling may leave signals blocked; an
+        // ignored signal and the mask survive exec, so reset both like std does.
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        if libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut()) != 0 {
+            fail(errno());
+        }
+        if libc::signal(libc::SIGPIPE, libc::SIG_DFL) == libc::SIG_ERR {
+            fail(errno());
+        }
+        // execvp's rules: EACCES from any candidate wins over ENOENT; ENOENT, ENOTDIR and the
+        // like go on to the next; anything else stops the search.
+        let mut seen_eacces = false;
+        let mut last = libc::ENOENT;
+        for c in candidates {
+            libc::execve(c.as_ptr(), argv.as_ptr(), envp.as_ptr());
+            last = errno();
+            if last == libc::ENOEXEC {
+                sh_argv[1] = c.as_ptr();
+                libc::execve(SH.as_ptr(), sh_argv.as_ptr(), envp.as_ptr());
+                last = errno();
+                break;
+            }
+            match last {
+                libc::EACCES => seen_eacces = true,
+                libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
+                _ => break,
+            }
+        }
+        fail(if seen_eacces { libc::EACCES } else { last })
+    }
+}
+
+/// `cwd` as a C string for [`SpawnSpec::cwd`].
+pub fn c_path(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a NUL byte in {}", p.display()),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(v: Vec<CString>) -> Vec<String> {
+        v.into_iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn path_search_follows_execvp() {
+        let found = |prog: &str, path: Option<&str>| {
+            exec_candidates(OsStr::new(prog), path.map(OsStr::new)).map(names)
+        };
+        assert_eq!(found("/bin/sh", Some("/x")).unwrap(), ["/bin/sh"]);
+        assert_eq!(found("./run", Some("/x")).unwrap(), ["./run"]);
+        assert_eq!(found("ls", Some("/a:/b/c")).unwrap(), ["/a/ls", "/b/c/ls"]);
+        // An empty entry is the current directory.
+        assert_eq!(
+            found("ls", Some(":/a:")).unwrap(),
+            ["./ls", "/a/ls", "./ls"]
+        );
+        assert_eq!(found("ls", None).unwrap(), ["/bin/ls", "/usr/bin/ls"]);
+        assert_eq!(
+            found("", Some("/a")).unwrap_err().raw_os_error(),
+            Some(libc::ENOENT)
+        );
+        assert_eq!(
+            found("a\0b", Some("/a")).unwrap_err().kind(),
+            std::io::ErrorKind::InvalidInput
+        );
+    }
+}

@@ -1,0 +1,310 @@
+//! The command a run starts, and the two ways of starting it.
+//!
+//! With the cgroup backend the leader is created inside its cgroup by
+//! `clone3(CLONE_INTO_CGROUP)` (no task migration, so no RCU grace period per run); everywhere
+//! else, and where the kernel or a seccomp filter refuses clone3, std's `Command` starts it and
+//! the backend's `prepare` moves it in before exec. std's `Command` has no getters for its
+//! stdio, so callers describe the command here and both paths are built from it.
+
+use std::ffi::OsString;
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+
+use reaper_platform::process::Handle;
+use reaper_platform::Pid;
+
+use super::Pipes;
+use crate::containment::{Backend, Containment};
+
+/// Where one of the leader's standard streams goes.
+#[derive(Debug)]
+pub enum Io {
+    /// reaper's own.
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A pipe whose other end reaper gets in [`Pipes`].
+    Piped,
+    /// This fd.
+    Fd(OwnedFd),
+}
+
+impl From<Io> for Stdio {
+    fn from(io: Io) -> Stdio {
+        match io {
+            Io::Inherit => Stdio::inherit(),
+            Io::Null => Stdio::null(),
+            Io::Piped => Stdio::piped(),
+            Io::Fd(fd) => Stdio::from(fd),
+        }
+    }
+}
+
+/// A command for [`super::Run::start`]: the environment and working directory are reaper's,
+/// with `envs` applied on top.
+#[derive(Debug)]
+pub struct LeaderCommand {
+    program: OsString,
+    args: Vec<OsString>,
+    envs: Vec<(OsString, OsString)>,
+    stdio: [Io; 3],
+    new_process_group: bool,
+}
+
+impl LeaderCommand {
+    pub fn new(program: impl Into<OsString>) -> Self {
+        Self {
+            program: program.into(),
+            args: Vec::new(),
+            envs: Vec::new(),
+            stdio: [Io::Inherit, Io::Inherit, Io::Inherit],
+            new_process_group: false,
+        }
+    }
+
+    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(&mut self, args: I) -> &mut Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<OsString>,
+        V: Into<OsString>,
+    {
+        self.envs
+            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
+        self
+    }
+
+    pub fn stdin(&mut self, io: Io) -> &mut Self {
+        self.stdio[0] = io;
+        self
+    }
+
+    pub fn stdout(&mut self, io: Io) -> &mut Self {
+        self.stdio[1] = io;
+        self
+    }
+
+    pub fn stderr(&mut self, io: Io) -> &mut Self {
+        self.stdio[2] = io;
+        self
+    }
+
+    /// The leader starts a process group of its own (`setpgid(0, 0)`).
+    pub fn process_group(&mut self) -> &mut Self {
+        self.new_process_group = true;
+        self
+    }
+
+    /// argv as text, for reports and messages.
+    pub fn argv_lossy(&self) -> Vec<String> {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    fn into_std(self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(&self.program);
+        cmd.args(&self.args).envs(self.envs);
+        let [i, o, e] = self.stdio;
+        cmd.stdin(i).stdout(o).stderr(e);
+        if self.new_process_group {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
+        cmd
+    }
+}
+
+/// A started leader, not reaped yet. `handle` is an error when the pidfd could not be opened
+/// after a std spawn: the caller must then kill what it started.
+pub(super) struct Spawned {
+    pub pid: Pid,
+    pub handle: std::io::Result<Handle>,
+    pub pipes: Pipes,
+    /// How the leader got into its containment, for the debug log.
+    pub how: &'static str,
+}
+
+/// Starts `cmd` into `backend`. An `Err` is the spawn's own error (not found, not executable,
+/// could not join the cgroup); nothing is left running then.
+pub(super) fn spawn(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {
+    #[cfg(target_os = "linux")]
+    if let Some(dir) = backend.clone_into_cgroup() {
+        if clone3::usable() {
+            match clone3::spawn(&cmd, dir) {
+                Ok(s) => return Ok(s),
+                Err(clone3::Error::Failed(e)) => return Err(e),
+                Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
+                Err(clone3::Error::CgroupRefused(e)) => {
+                    tracing::debug!(
+                        "clone3 into the run cgroup refused ({e}); trying cgroup.procs"
+                    );
+                }
+            }
+        }
+    }
+    spawn_std(cmd, backend)
+}
+
+fn spawn_std(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {
+    let mut cmd = cmd.into_std();
+    backend.prepare(&mut cmd);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt;
+        let me = rustix::process::getpid();
+        // If reaper dies before the leader's exec (or at any time after), the leader gets
+        // SIGKILL; the guardian kills the rest. Re-check the parent after setting it: the
+        // death may already have happened (prctl(2)). SAFETY: prctl, getppid and _exit are
+        // async-signal-safe and allocate nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = rustix::process::set_parent_process_death_signal(Some(
+                    reaper_platform::Signal::KILL,
+                ));
+                if rustix::process::getppid() != Some(me) {
+                    libc::_exit(1);
+                }
+                Ok(())
+            });
+        }
+    }
+    let mut child = cmd.spawn()?;
+    let pipes = Pipes {
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+    };
+    // Invariant: `child.id()` is a live or zombie child we have not reaped, so the pid is ours.
+    let pid = Pid::from_raw(child.id() as i32)
+        .ok_or_else(|| std::io::Error::other("spawned child has pid 0"))?;
+    Ok(Spawned {
+        pid,
+        handle: Handle::open(pid),
+        pipes,
+        how: "fork, then join in pre_exec",
+    })
+}
+
+#[cfg(target_os = "linux")]
+mod clone3 {
+    use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+    use std::process::{ChildStderr, ChildStdin, ChildStdout};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use reaper_platform::linux::spawn::{self, SpawnError, SpawnSpec};
+    use rustix::fs::{Mode, OFlags};
+
+    use super::*;
+
+    pub enum Error {
+        Unsupported(std::io::Error),
+        CgroupRefused(std::io::Error),
+        Failed(std::io::Error),
+    }
+
+    static UNUSABLE: AtomicBool = AtomicBool::new(false);
+
+    /// Whether to try clone3: not after it was refused once, nor when `REAPER_CLONE3=0`.
+    pub fn usable() -> bool {
+        !UNUSABLE.load(Ordering::Relaxed)
+            && std::env::var_os("REAPER_CLONE3").is_none_or(|v| v != "0")
+    }
+
+    pub fn give_up(e: &std::io::Error) {
+        tracing::debug!("clone3(CLONE_INTO_CGROUP) refused ({e}); joining through cgroup.procs");
+        UNUSABLE.store(true, Ordering::Relaxed);
+    }
+
+    pub fn spawn(cmd: &LeaderCommand, cgroup: BorrowedFd<'_>) -> Result<Spawned, Error> {
+        let failed = Error::Failed;
+        let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+        env.extend(cmd.envs.iter().cloned());
+        let candidates = spawn::exec_candidates(
+            &cmd.program,
+            env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
+        )
+        .map_err(failed)?;
+        let cstr = |b: Vec<u8>| {
+            std::ffi::CString::new(b).map_err(|_| {
+                Error::Failed(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a NUL byte in an argument or the environment",
+                ))
+            })
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let argv = std::iter::once(&cmd.program)
+            .chain(&cmd.args)
+            .map(|a| cstr(a.as_bytes().to_vec()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let envp = env
+            .iter()
+            .map(|(k, v)| {
+                let mut kv = k.as_bytes().to_vec();
+                kv.push(b'=');
+                kv.extend_from_slice(v.as_bytes());
+                cstr(kv)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
+        // The child's ends (kept until the spawn returns) and reaper's ends of the pipes.
+        let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
+        let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
+        for (i, io) in cmd.stdio.iter().enumerate() {
+            match io {
+                Io::Inherit => {}
+                Io::Null => {
+                    let null = rustix::fs::open(
+                        "/dev/null",
+                        OFlags::RDWR | OFlags::CLOEXEC,
+                        Mode::empty(),
+                    )
+                    .map_err(|e| failed(e.into()))?;
+                    child_ends[i] = Some(null);
+                }
+                Io::Piped => {
+                    let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                        .map_err(|e| failed(e.into()))?;
+                    let (child, mine) = if i == 0 { (r, w) } else { (w, r) };
+                    child_ends[i] = Some(child);
+                    ours[i] = Some(mine);
+                }
+                Io::Fd(fd) => {
+                    child_ends[i] = Some(fd.try_clone().map_err(failed)?);
+                }
+            }
+        }
+        let spec = SpawnSpec {
+            candidates,
+            argv,
+            envp,
+            cwd: None,
+            stdio: [0, 1, 2].map(|i| child_ends[i].as_ref().map(|f| f.as_fd())),
+            new_process_group: cmd.new_process_group,
+            parent_death_signal: Some(reaper_platform::Signal::KILL),
+            cgroup,
+        };
+        let pidfd = match spawn::spawn_into_cgroup(&spec) {
+            Ok(p) => p,
+            Err(SpawnError::Unsupported(e)) => return Err(Error::Unsupported(e)),
+            Err(SpawnError::CgroupRefused(e)) => return Err(Error::CgroupRefused(e)),
+            Err(SpawnError::Failed(e)) => return Err(Error::Failed(e)),
+        };
+        let [i, o, e] = ours;
+        Ok(Spawned {
+            pid: pidfd.pid(),
+            handle: Ok(pidfd),
+            pipes: Pipes {
+                stdin: i.map(ChildStdin::from),
+                stdout: o.map(ChildStdout::from),
+                stderr: e.map(ChildStderr::from),
+            },
+            how: "clone3(CLONE_INTO_CGROUP)",
+        })
+    }
+}
