@@ -108,11 +108,10 @@ fn variants(s: &Setup) -> Vec<Variant> {
         Box::new(move || run_plain(&timeout, Join::Nothing, &io)),
     );
 
-    for how in ["procs", "clone3", "procs+inotify"] {
+    for how in ["procs", "clone3"] {
         let name = match how {
             "procs" => "cgroup floor: mkdir + join (`cgroup.procs` write) + exec + wait + rmdir",
-            "clone3" => "cgroup floor: mkdir + `clone3(CLONE_INTO_CGROUP)` + exec + wait + rmdir",
-            _ => "cgroup floor as reaper does it: the above with `cgroup.procs` write + an inotify watch on `cgroup.events`",
+            _ => "cgroup floor: mkdir + `clone3(CLONE_INTO_CGROUP)` + exec + wait + rmdir",
         };
         let io = stdio(s);
         let cmd = Cmd::new(&[t]);
@@ -137,6 +136,10 @@ fn variants(s: &Setup) -> Vec<Variant> {
                 &["--containment", "cgroup"][..],
             ),
             (
+                "`reaper run` cgroup backend, `REAPER_CLONE3=0` (joins by a `cgroup.procs` write)",
+                &["--containment", "cgroup", CLONE3_OFF][..],
+            ),
+            (
                 "`reaper run` cgroup backend, `--no-guardian`",
                 &["--containment", "cgroup", "--no-guardian"][..],
             ),
@@ -146,15 +149,22 @@ fn variants(s: &Setup) -> Vec<Variant> {
             ),
             ("`reaper run` pgid backend", &["--containment", "pgid"][..]),
         ] {
+            let clone3_off = flags.contains(&CLONE3_OFF);
             let mut argv = vec![reaper.as_str(), "run", "--quiet"];
-            argv.extend_from_slice(flags);
+            argv.extend(flags.iter().filter(|f| **f != CLONE3_OFF));
             argv.extend_from_slice(&["--", t]);
             let io = stdio(s);
             let cmd = Cmd::new(&argv);
             add(
                 &format!("{name}{suffix}"),
                 Box::new(move || {
+                    // The bench is single-threaded while it spawns: nobody reads the
+                    // environment concurrently.
+                    if clone3_off {
+                        std::env::set_var("REAPER_CLONE3", "0");
+                    }
                     let r = run_plain(&cmd, Join::Nothing, &io);
+                    std::env::remove_var("REAPER_CLONE3");
                     // The guardian may outlive reaper by a moment and reparent to us.
                     sys::reap_strays();
                     r
@@ -165,24 +175,17 @@ fn variants(s: &Setup) -> Vec<Variant> {
     v
 }
 
+/// Not a flag: marks the variant that runs with `REAPER_CLONE3=0` in its environment.
+const CLONE3_OFF: &str = "REAPER_CLONE3=0";
+
 /// A fresh cgroup per run, as `reaper run` makes one: the platform's share of its cost.
 fn cgroup_floor(parent: &Path, cmd: &Cmd, io: &Stdio, how: &str) -> Result<(), String> {
     let cg = BenchCgroup::create(parent).map_err(|e| format!("mkdir under {parent:?}: {e}"))?;
-    let watch = if how == "procs+inotify" {
-        Some(inotify_watch(&cg.path.join("cgroup.events"))?)
-    } else {
-        None
-    };
     let join = match how {
         "clone3" => Join::Clone3(cg.dir.as_raw_fd()),
         _ => Join::CgroupProcs(cg.procs.as_raw_fd()),
     };
     let r = run_plain(cmd, join, io);
-    if watch.is_some() {
-        let mut ev = cg.events().map_err(|e| e.to_string())?;
-        let _ = ev.populated();
-    }
-    drop(watch);
     cg.remove().map_err(|e| format!("rmdir: {e}"))?;
     r
 }
