@@ -722,6 +722,14 @@ fn auto_falls_back_to_subreaper_with_one_warning() {
     t.assert_all_dead("fallback");
 }
 
+fn kernel_at_least(major: u32, minor: u32) -> bool {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut v = release
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse::<u32>().ok());
+    (v.next().unwrap_or(0), v.next().unwrap_or(0)) >= (major, minor)
+}
+
 #[test]
 fn doctor_reports_the_backend_auto_picks() {
     let out = run_reaper(["doctor", "--json"]);
@@ -741,8 +749,14 @@ fn doctor_reports_the_backend_auto_picks() {
         assert!(v.get(key).is_some(), "doctor --json lacks {key}: {v}");
     }
     assert!(["cgroup", "subreaper"].contains(&v["auto_backend"].as_str().unwrap()));
+    // Every Linux since 5.7 creates children inside a cgroup; the probe must find it so.
+    if v["cgroup_writable"] == true && kernel_at_least(5, 7) {
+        assert_eq!(v["clone_into_cgroup"], true, "{v}");
+    }
     let human = run_reaper(["doctor"]);
-    assert!(String::from_utf8_lossy(&human.stdout).contains("auto backend"));
+    let human = String::from_utf8_lossy(&human.stdout);
+    assert!(human.contains("auto backend"), "{human}");
+    assert!(human.contains("clone3 into cgroup"), "{human}");
 }
 
 /// CI runners are often started by init without `setsid()`: reaper then sits in session 0, and

@@ -27,6 +27,9 @@ pub struct Report {
     /// Whether a run cgroup could be created (and was removed again).
     pub cgroup_writable: bool,
     pub cgroup_kill: bool,
+    /// Whether leaders can be created inside their cgroup (`clone3(CLONE_INTO_CGROUP)`);
+    /// otherwise they join through `cgroup.procs`, ~10 ms slower per run.
+    pub clone_into_cgroup: bool,
     pub cgroup_error: Option<String>,
     pub pidfd: bool,
     pub subreaper: bool,
@@ -85,6 +88,12 @@ pub fn probe() -> Report {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
                     r.cgroup_kill = b.cgroup().has_kill();
+                    match crate::run::command::probe_clone3(b.dir_fd()) {
+                        Ok(()) => r.clone_into_cgroup = true,
+                        Err(e) => r.hints.push(format!(
+                            "clone3(CLONE_INTO_CGROUP) {e} (Linux 5.7+, not filtered by seccomp): leaders join through cgroup.procs instead, ~10 ms slower per run"
+                        )),
+                    }
                     if let Err(e) = b.release() {
                         r.hints
                             .push(format!("could not remove the test cgroup: {e}"));
@@ -269,6 +278,7 @@ fn human(r: &Report) -> String {
     };
     line("run cgroup", &writable);
     line("cgroup.kill", yes(r.cgroup_kill));
+    line("clone3 into cgroup", yes(r.clone_into_cgroup));
     line("pidfd", yes(r.pidfd));
     line("subreaper", yes(r.subreaper));
     line(

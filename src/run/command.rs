@@ -150,6 +150,28 @@ pub(super) fn spawn(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Sp
     spawn_std(cmd, backend)
 }
 
+/// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
+/// there (output discarded) and waits for it. For `reaper doctor`.
+#[cfg(target_os = "linux")]
+pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+    let mut cmd = LeaderCommand::new("/proc/self/exe");
+    cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
+    let spawned = match clone3::spawn(&cmd, cgroup) {
+        Ok(s) => s,
+        Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
+            return Err(format!("refused: {e}"))
+        }
+        Err(clone3::Error::Failed(e)) => return Err(e.to_string()),
+    };
+    let pidfd = spawned.handle.map_err(|e| e.to_string())?;
+    rustix::process::waitid(
+        rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
+        rustix::process::WaitIdOptions::EXITED,
+    )
+    .map_err(|e| format!("waitid: {e}"))?;
+    Ok(())
+}
+
 fn spawn_std(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {
     let mut cmd = cmd.into_std();
     backend.prepare(&mut cmd);
