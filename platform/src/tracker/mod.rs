@@ -10,7 +10,10 @@
 //!   pid is not reused while a process, group or session of that number exists (POSIX, "process
 //!   ID reuse"). So a group or session a run's process was seen in keeps naming that run's
 //!   processes for as long as it has a member, and one named after a process of the run that was
-//!   alive at the last look was created by it.
+//!   alive at the last look was created by it. Conversely, a live process whose pid is the
+//!   number of a remembered group or session but whose start time is not its founder's means
+//!   the number was freed and reused: the tracker forgets it rather than claim (and kill) the
+//!   newcomer's processes.
 //! - A process can only join a group of its own session, and a new session starts out holding
 //!   only its creator: whoever is in a remembered group or session is the run's (or joined on
 //!   purpose).
@@ -151,14 +154,26 @@ pub struct Tracker {
     leader: Option<Identity>,
     /// Processes of the run alive at the last look, by pid.
     procs: HashMap<i32, Recorded>,
-    /// Remembered groups and sessions, with how many looks in a row found them empty.
-    groups: HashMap<i32, u32>,
-    sessions: HashMap<i32, u32>,
+    /// Remembered groups and sessions.
+    groups: HashMap<i32, Remembered>,
+    sessions: HashMap<i32, Remembered>,
 }
 
 #[derive(Debug, Clone)]
 struct Recorded {
     starttime: u64,
+}
+
+/// A remembered group or session.
+#[derive(Debug, Clone, Default)]
+struct Remembered {
+    /// How many looks in a row found it empty.
+    empty_looks: u32,
+    /// The start time of its founder (the process whose pid is its number), when the run's
+    /// founder was seen. A live process with that pid and another start time means the number
+    /// was freed and reused: the kernel keeps a pid allocated while a group or session of that
+    /// number has a member, so the run's group or session is gone.
+    founder: Option<u64>,
 }
 
 impl Tracker {
@@ -226,6 +241,9 @@ impl Tracker {
     /// One look at the table: claims the run's processes, remembers them with their groups and
     /// sessions, forgets what has been gone long enough, returns the live members.
     pub fn observe(&mut self, snap: &[ProcEntry], adopter: Option<Adopter>) -> Observation {
+        let started: HashMap<i32, u64> = snap.iter().map(|e| (e.pid, e.starttime)).collect();
+        forget_reused(&mut self.groups, &started);
+        forget_reused(&mut self.sessions, &started);
         if self.leader.is_none() {
             if let Some(e) = self
                 .leader_pid
@@ -243,9 +261,12 @@ impl Tracker {
         }
         // Groups and sessions named after these pids were created by the run's own processes
         // since the last look: the creator was alive then, so the number was not free to reuse.
+        // A recorded process whose pid another process holds now died and its number was
+        // reused: a group or session of that number is the newcomer's.
         let founders: HashMap<i32, u64> = self
             .procs
             .iter()
+            .filter(|(pid, r)| started.get(pid).is_none_or(|&now| now == r.starttime))
             .map(|(&pid, r)| (pid, r.starttime))
             .collect();
         let mut ours = vec![false; snap.len()];
@@ -272,6 +293,9 @@ impl Tracker {
                 if ours[i] {
                     self.remember_group(e.pgid);
                     self.remember_session(e.sid);
+                    if !e.zombie {
+                        self.note_founder(e);
+                    }
                     if !e.zombie && fresh.insert(e.pid, e.starttime).is_none() {
                         let was = self.procs.get(&e.pid).map(|r| r.starttime);
                         if was != Some(e.starttime) {
@@ -342,25 +366,45 @@ impl Tracker {
 
     fn remember_group(&mut self, pgid: i32) {
         if pgid > 0 && pgid != self.own_pgid {
-            self.groups.insert(pgid, 0);
+            self.groups.entry(pgid).or_default().empty_looks = 0;
         }
     }
 
     fn remember_session(&mut self, sid: i32) {
         if sid > 0 && sid != self.own_sid {
-            self.sessions.insert(sid, 0);
+            self.sessions.entry(sid).or_default().empty_looks = 0;
+        }
+    }
+
+    /// `e` is the run's and leads its group or session: remember who founded it.
+    fn note_founder(&mut self, e: &ProcEntry) {
+        for (id, table) in [(e.pgid, &mut self.groups), (e.sid, &mut self.sessions)] {
+            if id == e.pid {
+                if let Some(r) = table.get_mut(&id) {
+                    r.founder = Some(e.starttime);
+                }
+            }
         }
     }
 }
 
-fn forget_empty(ids: &mut HashMap<i32, u32>, present: &HashSet<i32>) {
-    ids.retain(|id, empty_looks| {
+fn forget_empty(ids: &mut HashMap<i32, Remembered>, present: &HashSet<i32>) {
+    ids.retain(|id, r| {
         if present.contains(id) {
-            *empty_looks = 0;
+            r.empty_looks = 0;
         } else {
-            *empty_looks += 1;
+            r.empty_looks += 1;
         }
-        *empty_looks < FORGET_AFTER_EMPTY_LOOKS
+        r.empty_looks < FORGET_AFTER_EMPTY_LOOKS
+    });
+}
+
+/// Forgets groups and sessions whose number now belongs to another process (see
+/// [`Remembered::founder`]): signalling such a group would reach processes not the run's.
+fn forget_reused(ids: &mut HashMap<i32, Remembered>, started: &HashMap<i32, u64>) {
+    ids.retain(|id, r| match (r.founder, started.get(id)) {
+        (Some(founder), Some(&now)) => now == founder,
+        _ => true,
     });
 }
 
@@ -637,6 +681,54 @@ mod tests {
             None,
         );
         assert_eq!(pids(&o), vec![200]);
+    }
+
+    #[test]
+    fn a_group_number_reused_within_one_look_is_forgotten() {
+        let mut t = tracker_with_leader();
+        // 201 founds group 201; 202 joins it.
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 201, OWN_SID, 31),
+                p(202, 201, 201, OWN_SID, 32),
+            ]),
+            None,
+        );
+        assert!(t.groups().contains(&201));
+        // Between two looks the whole group dies, and pid 201 goes to an unrelated process
+        // that founds a group and a session of its own, with a child.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 1, 201, 201, 900),
+                p(205, 201, 201, 201, 901),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200]);
+        assert!(!t.groups().contains(&201), "{:?}", t.groups());
+        assert!(!t.sessions().contains(&201));
+    }
+
+    #[test]
+    fn a_group_outliving_its_founder_stays_claimed() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 201, 201, 31),
+                p(202, 201, 201, 201, 32),
+            ]),
+            None,
+        );
+        // The founder exits; its orphaned child keeps group and session 201 alive.
+        let o = t.observe(
+            &with(&[p(200, REAPER, 200, OWN_SID, 30), p(202, 1, 201, 201, 32)]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+        assert!(t.groups().contains(&201));
     }
 
     #[test]
