@@ -164,12 +164,22 @@ pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
         Err(clone3::Error::Failed(e)) => return Err(e.to_string()),
     };
     let pidfd = spawned.handle.map_err(|e| e.to_string())?;
-    rustix::process::waitid(
-        rustix::process::WaitId::PidFd(std::os::fd::AsFd::as_fd(&pidfd)),
-        rustix::process::WaitIdOptions::EXITED,
-    )
-    .map_err(|e| format!("waitid: {e}"))?;
-    Ok(())
+    // `reaper --version` exits by itself; the kill only matters if it hangs.
+    let exited = rustix::event::poll(
+        &mut [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )],
+        Some(&rustix::time::Timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        }),
+    );
+    reaper_platform::linux::spawn::kill_and_reap(&pidfd);
+    match exited {
+        Ok(1) => Ok(()),
+        _ => Err("the probe did not exit within 5 s".into()),
+    }
 }
 
 fn spawn_std(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {

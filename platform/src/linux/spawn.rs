@@ -138,6 +138,24 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     }
     let (err_read, err_write) =
         rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(|e| failed(e.into()))?;
+    // The child dup2's stream i onto fd i in order: a source fd below 3 (other than its own
+    // target) would be overwritten before its turn, and so would the error pipe. Move such fds
+    // up first, as std does; the copies live until the spawn returns.
+    let err_write = above_stdio(err_write.as_fd())
+        .map_err(failed)?
+        .unwrap_or(err_write);
+    let mut moved: [Option<OwnedFd>; 3] = [None, None, None];
+    for (i, fd) in spec.stdio.iter().enumerate() {
+        if let Some(fd) = fd {
+            if fd.as_raw_fd() != i as RawFd {
+                moved[i] = above_stdio(*fd).map_err(failed)?;
+            }
+        }
+    }
+    let stdio: [Option<RawFd>; 3] = [0, 1, 2].map(|i| match (&moved[i], spec.stdio[i]) {
+        (Some(m), _) => Some(m.as_raw_fd()),
+        (None, fd) => fd.map(|f| f.as_raw_fd()),
+    });
     let parent = rustix::process::getpid();
 
     let mut pidfd: RawFd = -1;
@@ -163,12 +181,15 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         unsafe {
             child_after_clone(
                 spec,
-                &candidates,
-                &argv,
-                &mut sh_argv,
-                &envp,
-                err_write.as_raw_fd(),
-                parent,
+                ChildPlan {
+                    stdio: &stdio,
+                    candidates: &candidates,
+                    argv: &argv,
+                    sh_argv: &mut sh_argv,
+                    envp: &envp,
+                    err_fd: err_write.as_raw_fd(),
+                    parent,
+                },
             )
         }
     }
@@ -196,17 +217,18 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
             Ok(0) => break,
             Ok(n) => got += n,
             Err(rustix::io::Errno::INTR) => continue,
-            Err(e) => return Err(failed(e.into())),
+            Err(e) => {
+                // Whether it exec'd is unknown: it must not run on untracked.
+                kill_and_reap(&handle);
+                return Err(failed(e.into()));
+            }
         }
     }
     if got == 0 {
         return Ok(handle);
     }
     // The child failed before exec and is exiting: reap it here, so its status goes nowhere.
-    let _ = rustix::process::waitid(
-        rustix::process::WaitId::PidFd(handle.as_fd()),
-        rustix::process::WaitIdOptions::EXITED,
-    );
+    kill_and_reap(&handle);
     let errno = if got == buf.len() {
         i32::from_ne_bytes(buf)
     } else {
@@ -215,17 +237,53 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     Err(failed(std::io::Error::from_raw_os_error(errno)))
 }
 
-/// In the child between clone and exec: system calls only. Reports the errno of the first step
-/// that fails (or of the exec) through `err_fd` and exits 127.
-unsafe fn child_after_clone(
-    spec: &SpawnSpec<'_>,
-    candidates: &[&CStr],
-    argv: &[*const libc::c_char],
-    sh_argv: &mut [*const libc::c_char],
-    envp: &[*const libc::c_char],
+/// SIGKILL (harmless if it is already exiting) and wait for it, through its pidfd: a child
+/// this spawn gives up on is gone when the spawn returns.
+pub fn kill_and_reap(child: &Pidfd) {
+    let _ = rustix::process::pidfd_send_signal(child, rustix::process::Signal::KILL);
+    loop {
+        match rustix::process::waitid(
+            rustix::process::WaitId::PidFd(child.as_fd()),
+            rustix::process::WaitIdOptions::EXITED,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// A close-on-exec copy of `fd` numbered 3 or above, if `fd` is 0, 1 or 2.
+fn above_stdio(fd: BorrowedFd<'_>) -> std::io::Result<Option<OwnedFd>> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(None);
+    }
+    Ok(Some(rustix::io::fcntl_dupfd_cloexec(fd, 3)?))
+}
+
+/// What the child uses, all built before the clone.
+struct ChildPlan<'a> {
+    /// The fds to `dup2` onto 0, 1, 2 (none of them below 3 unless it is its own target).
+    stdio: &'a [Option<RawFd>; 3],
+    candidates: &'a [&'a CStr],
+    argv: &'a [*const libc::c_char],
+    sh_argv: &'a mut [*const libc::c_char],
+    envp: &'a [*const libc::c_char],
     err_fd: RawFd,
     parent: Pid,
-) -> ! {
+}
+
+/// In the child between clone and exec: system calls only. Reports the errno of the first step
+/// that fails (or of the exec) through `err_fd` and exits 127.
+unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
+    let ChildPlan {
+        stdio,
+        candidates,
+        argv,
+        sh_argv,
+        envp,
+        err_fd,
+        parent,
+    } = plan;
     let fail = |errno: i32| -> ! {
         let bytes = errno.to_ne_bytes();
         unsafe {
@@ -251,9 +309,9 @@ unsafe fn child_after_clone(
         if spec.new_process_group && libc::setpgid(0, 0) != 0 {
             fail(errno());
         }
-        for (target, fd) in spec.stdio.iter().enumerate() {
-            let Some(fd) = fd else { continue };
-            let (fd, target) = (fd.as_raw_fd(), target as RawFd);
+        for (target, fd) in stdio.iter().enumerate() {
+            let Some(fd) = *fd else { continue };
+            let target = target as RawFd;
             if fd == target {
                 // dup2 onto itself keeps close-on-exec: clear it instead.
                 let flags = libc::fcntl(fd, libc::F_GETFD);
@@ -289,13 +347,13 @@ unsafe fn child_after_clone(
             if last == libc::ENOEXEC {
                 sh_argv[1] = c.as_ptr();
                 libc::execve(SH.as_ptr(), sh_argv.as_ptr(), envp.as_ptr());
-                last = errno();
-                break;
+                fail(errno());
             }
             match last {
                 libc::EACCES => seen_eacces = true,
                 libc::ENOENT | libc::ENOTDIR | libc::ESTALE | libc::ENODEV | libc::ETIMEDOUT => {}
-                _ => break,
+                // Like execvp(3): an error that ends the search is reported as it is.
+                _ => fail(last),
             }
         }
         fail(if seen_eacces { libc::EACCES } else { last })
