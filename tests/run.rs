@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -846,4 +847,75 @@ fn every_backend_works_when_the_session_and_group_have_no_number() {
             stderr(&out)
         );
     }
+}
+
+/// Runs `sh -c FEED | script -qec CMD /dev/null`: CMD on a fresh pseudo-terminal (its
+/// controlling terminal, reaper's job in the foreground), typed at by FEED. Returns the
+/// terminal's output without carriage returns, or None when `script` is not installed.
+fn on_a_terminal(feed: &str, cmd: &str) -> Option<String> {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        eprintln!("skipped: util-linux `script` is not installed");
+        return None;
+    }
+    let pipeline = format!("({feed}) | script -qec \"$0\" /dev/null");
+    let mut child = std::process::Command::new("sh")
+        .args(["-c", &pipeline, cmd])
+        .env("REAPER", env!("CARGO_BIN_EXE_reaper"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("spawn sh");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            // Our own group (process_group(0) above): sh, script and what runs on the terminal.
+            let g = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+            let _ = rustix::process::kill_process_group(g, Signal::KILL);
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "hung on the terminal: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    Some(String::from_utf8_lossy(&out.stdout).replace('\r', ""))
+}
+
+/// A leader in a process group of its own (pgid backend, the macOS default) gets the terminal:
+/// without the hand-over its first read stops it (SIGTTIN) and the run hangs.
+#[test]
+fn a_leader_in_its_own_group_can_read_the_terminal() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo hello",
+        "$REAPER run --containment pgid -- sh -c 'read x; echo got $x'; echo rc=$?",
+    ) else {
+        return;
+    };
+    assert!(out.contains("got hello"), "{out}");
+    assert!(out.contains("rc=0"), "{out}");
+}
+
+/// Ctrl-Z (here the leader's own SIGTSTP) stops the job as the user's shell sees it — reaper
+/// stops itself after taking the terminal back — and `fg` resumes the leader with the terminal.
+#[test]
+fn a_stopped_leader_stops_the_job_and_fg_resumes_it() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo \"\\$REAPER run --containment pgid -- sh -c 'kill -TSTP \\$\\$; echo resumed; read y; echo got \\$y'\"; \
+         sleep 2; echo fg; sleep 1; echo world; sleep 1; echo 'echo rc=$?; exit'",
+        "bash --norc --noprofile -i",
+    ) else {
+        return;
+    };
+    assert!(out.contains("Stopped"), "{out}");
+    assert!(out.contains("resumed"), "{out}");
+    assert!(out.contains("got world"), "{out}");
+    assert!(out.contains("rc=0"), "{out}");
 }

@@ -16,6 +16,7 @@ pub mod macos;
 pub mod process;
 pub mod reap;
 pub mod signal;
+pub mod terminal;
 pub mod tracker;
 
 use std::os::fd::OwnedFd;

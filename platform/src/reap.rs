@@ -100,6 +100,40 @@ fn wait_leader_nohang(leader: &Handle) -> rustix::io::Result<Option<ExitStatus>>
         .map(|r| r.map(|(_, st)| decode_wait(st)))
 }
 
+/// Whether the leader has been stopped by a signal since the last call, and by which
+/// (`waitid(WSTOPPED | WNOHANG)`: reports stops only, so it never reaps the leader).
+#[cfg(target_os = "linux")]
+pub fn leader_stopped(leader: &Handle) -> Option<crate::Signal> {
+    use rustix::process::{WaitId, WaitIdOptions};
+    use std::os::fd::AsFd;
+    let st = rustix::process::waitid(
+        WaitId::PidFd(leader.as_fd()),
+        WaitIdOptions::STOPPED | WaitIdOptions::NOHANG,
+    )
+    .ok()??;
+    st.stopping_signal().and_then(crate::Signal::from_named_raw)
+}
+
+/// Whether the leader has been stopped by a signal since the last call, and by which.
+#[cfg(not(target_os = "linux"))]
+pub fn leader_stopped(leader: &Handle) -> Option<crate::Signal> {
+    // SAFETY: waitid(2) with WSTOPPED only reports (and consumes) a stop, never an exit.
+    let info = unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            leader.pid().as_raw_nonzero().get() as libc::id_t,
+            &mut info,
+            libc::WSTOPPED | libc::WNOHANG,
+        );
+        if r != 0 || info.si_pid == 0 || info.si_code != libc::CLD_STOPPED {
+            return None;
+        }
+        info
+    };
+    crate::Signal::from_named_raw(info.si_status)
+}
+
 /// Reaps every exited child without blocking; a registered leader's status is kept for its run.
 /// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
 /// macOS: reaps the registered leaders only (see the module docs), and returns 0.

@@ -86,6 +86,13 @@ pub(crate) fn to_self(sig: Signal) -> io::Result<()> {
     Ok(())
 }
 
+/// SIGSTOP to this process: it stops (every thread) until something sends it SIGCONT, then the
+/// call returns. For passing a job-control stop on to the user's shell.
+pub fn stop_self() {
+    tracing::debug!("stopping reaper itself (job control)");
+    let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+}
+
 /// `kill(-pgid, sig)`: only for a process group this process created. Group 1 is refused:
 /// `kill(-1, …)` means every process the caller may signal.
 pub fn to_process_group(pgid: Pid, sig: Signal) -> io::Result<Delivery> {

@@ -223,6 +223,9 @@ async fn check_once(
         StdinMode::Null => Io::Null,
         StdinMode::Inherit => Io::Inherit,
     });
+    if args.stdin == StdinMode::Inherit {
+        cmd.use_terminal();
+    }
     if args.json {
         // stdout carries the report: CMD's output goes to stderr.
         let err = std::io::stderr();

@@ -181,6 +181,8 @@ async fn run(args: RunArgs) -> u8 {
     cmd.args(&args.command[1..]);
     if args.on_stdin_eof.is_some() {
         cmd.stdin(Io::Piped);
+    } else {
+        cmd.use_terminal();
     }
     let opts = args.contain.opts(&args.guard);
     let guardian = opts.guardian.clone();

@@ -11,6 +11,7 @@ use std::os::fd::OwnedFd;
 use std::process::Stdio;
 
 use reaper_platform::process::Handle;
+use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
 use super::Pipes;
@@ -49,6 +50,7 @@ pub struct LeaderCommand {
     envs: Vec<(OsString, OsString)>,
     stdio: [Io; 3],
     new_process_group: bool,
+    terminal: bool,
 }
 
 impl LeaderCommand {
@@ -59,6 +61,7 @@ impl LeaderCommand {
             envs: Vec::new(),
             stdio: [Io::Inherit, Io::Inherit, Io::Inherit],
             new_process_group: false,
+            terminal: false,
         }
     }
 
@@ -99,6 +102,23 @@ impl LeaderCommand {
         self
     }
 
+    /// The leader may use reaper's controlling terminal as a foreground job does: if it starts
+    /// a process group of its own (the `pgid` backend does), reaper hands that group the
+    /// terminal and passes job control (Ctrl-Z, `fg`) through. Not for a reaper that reads the
+    /// terminal itself (`reaper mcp`, `--on-stdin-eof`): it would be stopped by SIGTTIN.
+    pub fn use_terminal(&mut self) -> &mut Self {
+        self.terminal = true;
+        self
+    }
+
+    pub fn wants_terminal(&self) -> bool {
+        self.terminal
+    }
+
+    pub fn starts_own_group(&self) -> bool {
+        self.new_process_group
+    }
+
     /// argv as text, for reports and messages.
     pub fn argv_lossy(&self) -> Vec<String> {
         std::iter::once(&self.program)
@@ -131,11 +151,17 @@ pub(super) struct Spawned {
 
 /// Starts `cmd` into `backend`. An `Err` is the spawn's own error (not found, not executable,
 /// could not join the cgroup); nothing is left running then.
-pub(super) fn spawn(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {
+/// `terminal`: the leader makes its new group the terminal's foreground group before exec.
+pub(super) fn spawn(
+    cmd: LeaderCommand,
+    backend: &Backend,
+    terminal: Option<&Foreground>,
+) -> std::io::Result<Spawned> {
+    let tty = terminal.map(Foreground::raw_fd);
     #[cfg(target_os = "linux")]
     if let Some(dir) = backend.clone_into_cgroup() {
         if clone3::usable() {
-            match clone3::spawn(&cmd, dir) {
+            match clone3::spawn(&cmd, dir, tty) {
                 Ok(s) => return Ok(s),
                 Err(clone3::Error::Failed(e)) => return Err(e),
                 Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
@@ -147,7 +173,7 @@ pub(super) fn spawn(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Sp
             }
         }
     }
-    spawn_std(cmd, backend)
+    spawn_std(cmd, backend, tty)
 }
 
 /// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
@@ -156,7 +182,7 @@ pub(super) fn spawn(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Sp
 pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     let mut cmd = LeaderCommand::new("/proc/self/exe");
     cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
-    let spawned = match clone3::spawn(&cmd, cgroup) {
+    let spawned = match clone3::spawn(&cmd, cgroup, None) {
         Ok(s) => s,
         Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
             return Err(format!("refused: {e}"))
@@ -182,9 +208,25 @@ pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     }
 }
 
-fn spawn_std(cmd: LeaderCommand, backend: &Backend) -> std::io::Result<Spawned> {
+fn spawn_std(
+    cmd: LeaderCommand,
+    backend: &Backend,
+    tty: Option<std::os::fd::RawFd>,
+) -> std::io::Result<Spawned> {
     let mut cmd = cmd.into_std();
     backend.prepare(&mut cmd);
+    if let Some(tty) = tty {
+        use std::os::unix::process::CommandExt;
+        // SAFETY: std runs this after its setpgid, between fork and exec; only
+        // async-signal-safe calls (see `child_take_foreground`). Not fatal if it fails: the
+        // parent hands the terminal over too.
+        unsafe {
+            cmd.pre_exec(move || {
+                reaper_platform::terminal::child_take_foreground(tty);
+                Ok(())
+            });
+        }
+    }
     #[cfg(target_os = "linux")]
     {
         use std::os::unix::process::CommandExt;
@@ -252,7 +294,11 @@ mod clone3 {
         UNUSABLE.store(true, Ordering::Relaxed);
     }
 
-    pub fn spawn(cmd: &LeaderCommand, cgroup: BorrowedFd<'_>) -> Result<Spawned, Error> {
+    pub fn spawn(
+        cmd: &LeaderCommand,
+        cgroup: BorrowedFd<'_>,
+        tty: Option<std::os::fd::RawFd>,
+    ) -> Result<Spawned, Error> {
         let failed = Error::Failed;
         let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
         env.extend(cmd.envs.iter().cloned());
@@ -318,6 +364,7 @@ mod clone3 {
             cwd: None,
             stdio: [0, 1, 2].map(|i| child_ends[i].as_ref().map(|f| f.as_fd())),
             new_process_group: cmd.new_process_group,
+            foreground_tty: tty,
             parent_death_signal: Some(reaper_platform::Signal::KILL),
             cgroup,
         };

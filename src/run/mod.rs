@@ -20,6 +20,7 @@ use std::time::Duration;
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::Handle;
+use reaper_platform::terminal::Foreground;
 use reaper_platform::tracker::Schedule;
 use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
@@ -180,6 +181,8 @@ struct Leader {
     gone: bool,
     at: Option<Instant>,
     sigchld: Option<SignalStream>,
+    /// The terminal, when the leader's new process group was made its foreground group.
+    terminal: Option<Foreground>,
     sink: EventSink,
 }
 
@@ -202,6 +205,7 @@ impl Leader {
     }
 
     fn done(&mut self, st: Option<ExitStatus>) -> Option<ExitStatus> {
+        self.release_terminal();
         self.status = st;
         self.gone = true;
         self.at = Some(Instant::now());
@@ -231,7 +235,47 @@ impl Leader {
                 _ = self.handle.exited() => {}
                 _ = sigchld => { reap::reap_orphans(); }
             }
+            self.pass_on_stop();
         }
+    }
+
+    /// The terminal goes back to reaper's group (the leader is done with it).
+    fn release_terminal(&mut self) {
+        if let Some(t) = self.terminal.take() {
+            if let Err(e) = t.take_back() {
+                tracing::debug!("cannot take the terminal back: {e}");
+            }
+        }
+    }
+
+    /// Job control, as a shell does it: when the leader (in the terminal's foreground) is
+    /// stopped by Ctrl-Z or a background read, reaper takes the terminal back and stops
+    /// itself, so the user's shell sees its job stopped; when the shell continues reaper
+    /// (`fg`), reaper hands the terminal back and continues the leader's group.
+    fn pass_on_stop(&mut self) {
+        let Some(t) = &self.terminal else { return };
+        let Some(sig) = reap::leader_stopped(&self.handle) else {
+            return;
+        };
+        if ![Signal::TSTP, Signal::TTIN, Signal::TTOU, Signal::STOP].contains(&sig) {
+            return;
+        }
+        let group = self.handle.raw_pid();
+        let _ = t.take_back();
+        // Stops this whole process until a SIGCONT; execution resumes right here.
+        signal::stop_self();
+        if let Err(e) = t.give_to(group) {
+            tracing::debug!("cannot hand the terminal back to group {group}: {e}");
+        }
+        if let Some(g) = reaper_platform::Pid::from_raw(group) {
+            let _ = signal::to_process_group(g, Signal::CONT);
+        }
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.release_terminal();
     }
 }
 
@@ -283,7 +327,13 @@ impl Run {
         // No `.await` from here to `register_leader`: the runtime is single-threaded, so no
         // `reap_orphans` can run in between and take the leader's status (nor race std's own
         // wait for a child whose exec failed).
-        let spawned = match command::spawn(cmd, &backend) {
+        // A leader in a process group of its own needs the terminal handed to it, or its first
+        // read from it stops it (SIGTTIN).
+        let terminal = (cmd.wants_terminal()
+            && (cmd.starts_own_group() || backend.kind() == BackendKind::Pgid))
+            .then(Foreground::if_foreground)
+            .flatten();
+        let spawned = match command::spawn(cmd, &backend, terminal.as_ref()) {
             Ok(s) => s,
             Err(e) => {
                 release(&mut backend);
@@ -317,12 +367,18 @@ impl Run {
             backend: backend.kind().as_str(),
             cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
         });
+        if let Some(t) = &terminal {
+            if let Err(e) = t.give_to(leader.raw_pid()) {
+                tracing::debug!("cannot hand the terminal to the leader's group: {e}");
+            }
+        }
         let leader = Leader {
             handle: leader,
             status: None,
             gone: false,
             at: None,
             sigchld,
+            terminal,
             sink: sink.clone(),
         };
         let run = Run {

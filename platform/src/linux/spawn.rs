@@ -37,6 +37,9 @@ pub struct SpawnSpec<'a> {
     pub stdio: [Option<BorrowedFd<'a>>; 3],
     /// `setpgid(0, 0)`: the child leads a new process group.
     pub new_process_group: bool,
+    /// With `new_process_group`: a terminal whose foreground group the new group becomes
+    /// ([`crate::terminal::child_take_foreground`]).
+    pub foreground_tty: Option<RawFd>,
     /// The signal the child gets when reaper dies (`PR_SET_PDEATHSIG`), checked against a death
     /// that already happened.
     pub parent_death_signal: Option<rustix::process::Signal>,
@@ -306,8 +309,14 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 libc::_exit(1);
             }
         }
-        if spec.new_process_group && libc::setpgid(0, 0) != 0 {
-            fail(errno());
+        if spec.new_process_group {
+            if libc::setpgid(0, 0) != 0 {
+                fail(errno());
+            }
+            if let Some(tty) = spec.foreground_tty {
+                // Not fatal: the parent hands the terminal over too.
+                crate::terminal::child_take_foreground(tty);
+            }
         }
         for (target, fd) in stdio.iter().enumerate() {
             let Some(fd) = *fd else { continue };
