@@ -176,7 +176,8 @@ async fn serve(mut cfg: Config) -> u8 {
     if !crate::mcp::call::isolated(&mut cfg.contain).await && cfg.max_concurrent > 1 {
         tracing::warn!(
             "calls run one at a time: without a cgroup per call (subreaper backend), stopping \
-             one call would stop the others; run `reaper doctor` to see why there is no cgroup"
+             one call would stop the others; run `reaper doctor` to see why there is no cgroup, \
+             or pass --containment pgid to run calls side by side with that backend's limits"
         );
         cfg.max_concurrent = 1;
     }
