@@ -38,13 +38,45 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
 
 /// `/proc/PID/stat` of one process. `NotFound` when it is gone (reaped).
 pub fn stat(pid: i32) -> io::Result<ProcStat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let mut buf = [0u8; 1024];
+    let text = read_proc_file(&format!("/proc/{pid}/stat"), &mut buf)?;
     parse_stat(&text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
             format!("unparsable /proc/{pid}/stat"),
         )
     })
+}
+
+/// A small `/proc` file in as few system calls as it takes: open, one read into `buf` (the
+/// kernel hands over a whole seq_file record at once), a second read only if `buf` filled up,
+/// close. `std::fs::read_to_string` probes with 32 bytes and grows: six reads for one `stat`
+/// file, and the pgid and subreaper backends read one per process of the machine or the tree.
+fn read_proc_file<'b>(path: &str, buf: &'b mut [u8]) -> io::Result<std::borrow::Cow<'b, str>> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::RDONLY | OFlags::CLOEXEC, Mode::empty())?;
+    let n = loop {
+        match rustix::io::read(&fd, &mut *buf) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    if n < buf.len() {
+        return Ok(String::from_utf8_lossy(&buf[..n]));
+    }
+    let mut all = buf.to_vec();
+    let mut more = [0u8; 4096];
+    loop {
+        match rustix::io::read(&fd, &mut more) {
+            Ok(0) => break,
+            Ok(k) => all.extend_from_slice(&more[..k]),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(std::borrow::Cow::Owned(
+        String::from_utf8_lossy(&all).into_owned(),
+    ))
 }
 
 /// Whether `(pid, starttime)` is still a live (non-zombie) process.
@@ -62,7 +94,12 @@ pub fn children(pid: i32) -> Vec<i32> {
     for task in tasks.flatten() {
         let mut path = task.path();
         path.push("children");
-        if let Ok(text) = std::fs::read_to_string(&path) {
+        let mut buf = [0u8; 1024];
+        if let Ok(text) = path
+            .to_str()
+            .ok_or(io::ErrorKind::InvalidInput.into())
+            .and_then(|p| read_proc_file(p, &mut buf))
+        {
             out.extend(
                 text.split_whitespace()
                     .filter_map(|p| p.parse::<i32>().ok()),
@@ -157,6 +194,22 @@ pub fn pid_of(raw: i32) -> Option<Pid> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_proc_files_read_whole_in_either_buffer_size() {
+        // /proc/self/status is well over 64 bytes: read in one go, and across the refill.
+        let want = std::fs::read_to_string("/proc/self/status").unwrap();
+        let name = |t: &str| t.lines().next().unwrap_or("").to_owned();
+        let mut big = [0u8; 8192];
+        let got = read_proc_file("/proc/self/status", &mut big).unwrap();
+        assert_eq!(name(&got), name(&want));
+        let mut small = [0u8; 64];
+        let got = read_proc_file("/proc/self/status", &mut small).unwrap();
+        assert!(got.len() > 64 && got.ends_with('\n'), "{got}");
+        assert_eq!(got.lines().count(), want.lines().count());
+        let e = read_proc_file("/proc/0/stat", &mut big).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
 
     const STAT: &str = "1234 (sleep) S 1200 1234 1100 34816 1234 4194304 94 0 0 0 0 0 0 0 20 0 1 0 987654 8818688 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";
 
