@@ -474,6 +474,13 @@ impl Run {
         cut_short: impl std::future::Future<Output = ()>,
     ) {
         self.stop_at.get_or_insert_with(Instant::now);
+        // The common end: the leader exited and left nothing. One look says so; the pgid
+        // backend's looks read the whole process table (on macOS, a run of `ps`).
+        if self.leader.gone && self.backend.is_empty() {
+            reap::reap_orphans();
+            self.sink.emit(Event::TreeEmpty);
+            return;
+        }
         if !grace.is_zero() && first != Signal::KILL {
             let reached = match to {
                 FirstTo::All => self.backend.signal_all(first),
