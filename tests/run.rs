@@ -919,3 +919,81 @@ fn a_stopped_leader_stops_the_job_and_fg_resumes_it() {
     assert!(out.contains("got world"), "{out}");
     assert!(out.contains("rc=0"), "{out}");
 }
+
+/// `bg` after Ctrl-Z: the leader goes on in the background and the terminal stays with the
+/// user's shell (which would exit on EIO if reaper took the terminal from it).
+#[test]
+fn bg_after_a_stop_leaves_the_terminal_with_the_shell() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo \"\\$REAPER run --containment pgid -- sh -c 'kill -TSTP \\$\\$; sleep 1; echo bg-done'\"; \
+         sleep 2; echo bg; sleep 3; echo 'echo still-here; exit'",
+        "bash --norc --noprofile -i",
+    ) else {
+        return;
+    };
+    assert!(out.contains("Stopped"), "{out}");
+    assert!(out.contains("bg-done"), "{out}");
+    assert!(out.contains("still-here"), "{out}");
+}
+
+/// A wrapper in reaper's job (`sh -c 'reaper run …; …'`) stops with it on Ctrl-Z, so the
+/// user's shell sees the job stopped and `fg` resumes all of it.
+#[test]
+fn a_stop_stops_the_whole_job_of_reaper_with_its_wrapper() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo \"sh -c '\\$REAPER run --containment pgid -- sh -c \\\"kill -TSTP \\\\\\$\\\\\\$; echo resumed\\\"; echo wrapper-done'\"; \
+         sleep 2; echo fg; sleep 2; echo 'exit'",
+        "bash --norc --noprofile -i",
+    ) else {
+        return;
+    };
+    assert!(out.contains("Stopped"), "{out}");
+    assert!(out.contains("resumed"), "{out}");
+    assert!(out.contains("wrapper-done"), "{out}");
+}
+
+/// Where no shell does job control for reaper's group (it is orphaned: `ssh -t`, `script`),
+/// a stop of the leader cannot stop reaper for good: it is passed on, discarded, and the leader
+/// goes on with the terminal.
+#[test]
+fn a_stop_without_a_job_control_shell_does_not_freeze_the_run() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo typed",
+        "exec $REAPER run --containment pgid -- sh -c 'kill -TSTP $$; read x; echo resumed $x'",
+    ) else {
+        return;
+    };
+    assert!(out.contains("resumed typed"), "{out}");
+}
+
+/// In a pipeline reaper's group is the whole pipeline: the terminal is not handed to the
+/// leader, which would stop the reader at the other end.
+#[test]
+fn a_pipeline_keeps_the_terminal() {
+    // The last stage reads the terminal itself, as `less` does.
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo 'echo piped | $REAPER run --containment pgid -- sh -c \"cat; sleep 2\" | \
+         { read -r l; read -r t < /dev/tty; echo \"$l $t\"; }; echo rc=$?; exit'; \
+         sleep 3; echo typed",
+        "bash --norc --noprofile -i",
+    ) else {
+        return;
+    };
+    assert!(out.contains("piped typed"), "{out}");
+    assert!(out.contains("rc=0"), "{out}");
+    assert!(!out.contains("Stopped"), "{out}");
+}
+
+/// A command that cannot be started must not leave the terminal to its dead group: the shell
+/// that runs next reads it as usual.
+#[test]
+fn a_failed_start_gives_the_terminal_back() {
+    let Some(out) = on_a_terminal(
+        "sleep 1; echo hi",
+        "$REAPER run --containment pgid -- /nonexistent/cmd; read x; echo got $x",
+    ) else {
+        return;
+    };
+    assert!(out.contains("command not found"), "{out}");
+    assert!(out.contains("got hi"), "{out}");
+}

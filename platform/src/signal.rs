@@ -86,11 +86,17 @@ pub(crate) fn to_self(sig: Signal) -> io::Result<()> {
     Ok(())
 }
 
-/// SIGSTOP to this process: it stops (every thread) until something sends it SIGCONT, then the
-/// call returns. For passing a job-control stop on to the user's shell.
-pub fn stop_self() {
-    tracing::debug!("stopping reaper itself (job control)");
-    let _ = rustix::process::kill_process(rustix::process::getpid(), Signal::STOP);
+/// SIGTSTP to reaper's own process group — its job, as a shell sees it — the way an editor
+/// suspends itself: reaper and whatever wrapper started it in that job (`sh -c`, `make`) stop
+/// until the shell continues them, then the call returns. If the group is orphaned (no shell
+/// does job control for it: `ssh -t`, `docker exec -it`), the kernel discards the signal and
+/// the call returns at once, instead of stopping reaper for good.
+pub fn stop_own_job() {
+    tracing::debug!("stopping reaper's job (job control)");
+    // SAFETY: kill(2) with pid 0 signals the caller's own process group.
+    unsafe {
+        libc::kill(0, libc::SIGTSTP);
+    }
 }
 
 /// `kill(-pgid, sig)`: only for a process group this process created. Group 1 is refused:

@@ -21,9 +21,15 @@ pub struct Foreground {
 }
 
 impl Foreground {
-    /// The controlling terminal, if there is one and this process's group is its foreground
-    /// group now (reaper runs as a foreground job). `None` otherwise: nothing to hand over.
+    /// The controlling terminal, if there is one, this process's group is its foreground group
+    /// now (reaper runs as a foreground job), and reaper's stdin and stdout are terminals.
+    /// `None` otherwise: nothing to hand over. (In `reaper run -- cmd | less`, reaper's group is
+    /// the whole pipeline: handing the terminal to `cmd` would stop `less` at its next read.)
     pub fn if_foreground() -> Option<Self> {
+        // SAFETY: isatty(3) only asks about the fd.
+        if unsafe { libc::isatty(0) != 1 || libc::isatty(1) != 1 } {
+            return None;
+        }
         let tty = rustix::fs::open(
             "/dev/tty",
             rustix::fs::OFlags::RDWR | rustix::fs::OFlags::NOCTTY | rustix::fs::OFlags::CLOEXEC,
@@ -41,14 +47,37 @@ impl Foreground {
         self.tty.as_raw_fd()
     }
 
-    /// Makes `group` the terminal's foreground group.
-    pub fn give_to(&self, group: i32) -> std::io::Result<()> {
-        set_foreground(self.tty.as_raw_fd(), group)
+    /// The terminal's foreground group now.
+    fn foreground(&self) -> i32 {
+        // SAFETY: tcgetpgrp(3) only reads the terminal's state.
+        unsafe { libc::tcgetpgrp(self.tty.as_raw_fd()) }
     }
 
-    /// Makes reaper's own group the foreground group again.
-    pub fn take_back(&self) -> std::io::Result<()> {
-        set_foreground(self.tty.as_raw_fd(), self.own_group)
+    /// Makes `group` the terminal's foreground group — only while reaper's group holds it:
+    /// a reaper continued in the background (`bg`, `kill %1`) must not take the terminal from
+    /// the user's shell. Returns whether it moved.
+    pub fn give_to(&self, group: i32) -> std::io::Result<bool> {
+        if self.foreground() != self.own_group {
+            return Ok(false);
+        }
+        set_foreground(self.tty.as_raw_fd(), group).map(|()| true)
+    }
+
+    /// Makes reaper's own group the foreground group again — only if `group` (the leader's)
+    /// holds it; whoever else has it (the user's shell) keeps it.
+    pub fn take_back_from(&self, group: i32) -> std::io::Result<bool> {
+        if self.foreground() != group {
+            return Ok(false);
+        }
+        set_foreground(self.tty.as_raw_fd(), self.own_group).map(|()| true)
+    }
+
+    /// After a spawn that failed between the child's hand-over and its exec: the foreground
+    /// group is the dead child's, or still reaper's.
+    pub fn take_back_after_failed_spawn(&self) {
+        if self.foreground() != self.own_group {
+            let _ = set_foreground(self.tty.as_raw_fd(), self.own_group);
+        }
     }
 }
 

@@ -262,6 +262,8 @@ async fn check_once(
             } else {
                 "leader"
             };
+            // A TSTP interrupt is the check's own, not the user's Ctrl-Z.
+            run.end_job_control();
             let sent = !exited
                 && if args.interrupt_group {
                     // The group reaper created for CMD (process_group(0): pgid = leader pid), never

@@ -183,6 +183,9 @@ struct Leader {
     sigchld: Option<SignalStream>,
     /// The terminal, when the leader's new process group was made its foreground group.
     terminal: Option<Foreground>,
+    /// Whether a stop of the leader is passed on to reaper's job (see `pass_on_stop`): not once
+    /// reaper itself signals the tree.
+    job_control: bool,
     sink: EventSink,
 }
 
@@ -242,18 +245,22 @@ impl Leader {
     /// The terminal goes back to reaper's group (the leader is done with it).
     fn release_terminal(&mut self) {
         if let Some(t) = self.terminal.take() {
-            if let Err(e) = t.take_back() {
+            if let Err(e) = t.take_back_from(self.handle.raw_pid()) {
                 tracing::debug!("cannot take the terminal back: {e}");
             }
         }
     }
 
     /// Job control, as a shell does it: when the leader (in the terminal's foreground) is
-    /// stopped by Ctrl-Z or a background read, reaper takes the terminal back and stops
-    /// itself, so the user's shell sees its job stopped; when the shell continues reaper
-    /// (`fg`), reaper hands the terminal back and continues the leader's group.
+    /// stopped by Ctrl-Z or a background read, reaper takes the terminal back and stops its own
+    /// job, so the user's shell sees the job stopped; when the shell continues it (`fg`),
+    /// reaper hands the terminal back and continues the leader's group. After `bg` the
+    /// terminal stays with the shell (`Foreground` only moves it while reaper's group has it).
     fn pass_on_stop(&mut self) {
         let Some(t) = &self.terminal else { return };
+        if !self.job_control {
+            return;
+        }
         let Some(sig) = reap::leader_stopped(&self.handle) else {
             return;
         };
@@ -261,9 +268,9 @@ impl Leader {
             return;
         }
         let group = self.handle.raw_pid();
-        let _ = t.take_back();
-        // Stops this whole process until a SIGCONT; execution resumes right here.
-        signal::stop_self();
+        let _ = t.take_back_from(group);
+        // Returns once reaper's job is continued (or at once if no shell controls it).
+        signal::stop_own_job();
         if let Err(e) = t.give_to(group) {
             tracing::debug!("cannot hand the terminal back to group {group}: {e}");
         }
@@ -336,6 +343,9 @@ impl Run {
         let spawned = match command::spawn(cmd, &backend, terminal.as_ref()) {
             Ok(s) => s,
             Err(e) => {
+                if let Some(t) = &terminal {
+                    t.take_back_after_failed_spawn();
+                }
                 release(&mut backend);
                 return Err(classify_spawn_error(&e, &argv[0]));
             }
@@ -352,6 +362,9 @@ impl Run {
             Ok(fd) => fd,
             Err(e) => {
                 // Without a pidfd we cannot watch safely: kill what we started and give up.
+                if let Some(t) = &terminal {
+                    t.take_back_after_failed_spawn();
+                }
                 backend.kill_all();
                 let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
                 release(&mut backend);
@@ -379,6 +392,7 @@ impl Run {
             at: None,
             sigchld,
             terminal,
+            job_control: true,
             sink: sink.clone(),
         };
         let run = Run {
@@ -425,6 +439,12 @@ impl Run {
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
     pub async fn wait_leader(&mut self) -> Option<ExitStatus> {
         self.leader.wait().await
+    }
+
+    /// reaper is about to stop the leader itself (`reaper check`'s interrupt): such a stop is
+    /// not the user's Ctrl-Z, so it is not passed on to reaper's job.
+    pub fn end_job_control(&mut self) {
+        self.leader.job_control = false;
     }
 
     /// Sends `sig` to the leader alone, through its handle.
@@ -474,9 +494,20 @@ impl Run {
         cut_short: impl std::future::Future<Output = ()>,
     ) {
         self.stop_at.get_or_insert_with(Instant::now);
-        // The common end: the leader exited and left nothing. One look says so; the pgid
-        // backend's looks read the whole process table (on macOS, a run of `ps`).
-        if self.leader.gone && self.backend.is_empty() {
+        // reaper's own signals may stop the leader (SIGSTOP sweeps, `--signal TSTP`): not a
+        // job-control stop to pass on.
+        self.leader.job_control = false;
+        // The common end: the leader exited and left nothing. Only the cgroup's `populated`
+        // is atomic; a look at /proc can miss a process reparented to reaper while it reads,
+        // so those backends need a second look (after reaping) to agree. Still far fewer than
+        // the stop sequence's: the pgid backend's looks read the whole process table.
+        if self.leader.gone
+            && self.backend.is_empty()
+            && (self.backend.kind() == BackendKind::Cgroup || {
+                reap::reap_orphans();
+                self.backend.is_empty()
+            })
+        {
             reap::reap_orphans();
             self.sink.emit(Event::TreeEmpty);
             return;
