@@ -12,25 +12,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_char, c_int, pid_t};
 
-/// `CLONE_INTO_CGROUP` (Linux 5.7, include/uapi/linux/sched.h); not in every libc release.
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
-
-/// `struct clone_args` up to `cgroup` (CLONE_ARGS_SIZE_VER2 = 88 bytes).
-#[repr(C)]
-#[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
-}
+use reaper_platform::linux::spawn::{CloneArgs, CLONE_INTO_CGROUP};
 
 /// A program and its argv, prepared so that the child only has to call `execv`.
 pub struct Cmd {

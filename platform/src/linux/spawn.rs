@@ -91,26 +91,28 @@ pub fn exec_candidates(program: &OsStr, path: Option<&OsStr>) -> std::io::Result
         .collect()
 }
 
-/// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`, Linux 5.7).
+/// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`, Linux 5.7; not in every libc
+/// release). Public for the benchmark's own clone3 floor.
 #[repr(C)]
 #[derive(Default)]
-struct CloneArgs {
-    flags: u64,
-    pidfd: u64,
-    child_tid: u64,
-    parent_tid: u64,
-    exit_signal: u64,
-    stack: u64,
-    stack_size: u64,
-    tls: u64,
-    set_tid: u64,
-    set_tid_size: u64,
-    cgroup: u64,
+pub struct CloneArgs {
+    pub flags: u64,
+    pub pidfd: u64,
+    pub child_tid: u64,
+    pub parent_tid: u64,
+    pub exit_signal: u64,
+    pub stack: u64,
+    pub stack_size: u64,
+    pub tls: u64,
+    pub set_tid: u64,
+    pub set_tid_size: u64,
+    pub cgroup: u64,
 }
 
 const SH: &CStr = c"/bin/sh";
 const CLONE_PIDFD: u64 = 0x1000;
-const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// include/uapi/linux/sched.h.
+pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
 /// Starts the child described by `spec` inside its cgroup. Returns its pidfd once it has
 /// exec'd; on an exec failure the child has already been reaped.
