@@ -889,6 +889,13 @@ fn on_a_terminal(feed: &str, cmd: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&out.stdout).replace('\r', ""))
 }
 
+/// Every `want` appears in the terminal's output.
+fn assert_shows(out: &str, want: &[&str]) {
+    for w in want {
+        assert!(out.contains(w), "no {w:?} in:\n{out}");
+    }
+}
+
 /// A leader in a process group of its own (pgid backend, the macOS default) gets the terminal:
 /// without the hand-over its first read stops it (SIGTTIN) and the run hangs.
 #[test]
@@ -899,8 +906,7 @@ fn a_leader_in_its_own_group_can_read_the_terminal() {
     ) else {
         return;
     };
-    assert!(out.contains("got hello"), "{out}");
-    assert!(out.contains("rc=0"), "{out}");
+    assert_shows(&out, &["got hello", "rc=0"]);
 }
 
 /// Ctrl-Z (here the leader's own SIGTSTP) stops the job as the user's shell sees it — reaper
@@ -914,10 +920,7 @@ fn a_stopped_leader_stops_the_job_and_fg_resumes_it() {
     ) else {
         return;
     };
-    assert!(out.contains("Stopped"), "{out}");
-    assert!(out.contains("resumed"), "{out}");
-    assert!(out.contains("got world"), "{out}");
-    assert!(out.contains("rc=0"), "{out}");
+    assert_shows(&out, &["Stopped", "resumed", "got world", "rc=0"]);
 }
 
 /// `bg` after Ctrl-Z: the leader goes on in the background and the terminal stays with the
@@ -931,9 +934,7 @@ fn bg_after_a_stop_leaves_the_terminal_with_the_shell() {
     ) else {
         return;
     };
-    assert!(out.contains("Stopped"), "{out}");
-    assert!(out.contains("bg-done"), "{out}");
-    assert!(out.contains("still-here"), "{out}");
+    assert_shows(&out, &["Stopped", "bg-done", "still-here"]);
 }
 
 /// A wrapper in reaper's job (`sh -c 'reaper run …; …'`) stops with it on Ctrl-Z, so the
@@ -947,9 +948,7 @@ fn a_stop_stops_the_whole_job_of_reaper_with_its_wrapper() {
     ) else {
         return;
     };
-    assert!(out.contains("Stopped"), "{out}");
-    assert!(out.contains("resumed"), "{out}");
-    assert!(out.contains("wrapper-done"), "{out}");
+    assert_shows(&out, &["Stopped", "resumed", "wrapper-done"]);
 }
 
 /// Where no shell does job control for reaper's group (it is orphaned: `ssh -t`, `script`),
@@ -979,8 +978,7 @@ fn a_pipeline_keeps_the_terminal() {
     ) else {
         return;
     };
-    assert!(out.contains("piped typed"), "{out}");
-    assert!(out.contains("rc=0"), "{out}");
+    assert_shows(&out, &["piped typed", "rc=0"]);
     assert!(!out.contains("Stopped"), "{out}");
 }
 
@@ -994,6 +992,5 @@ fn a_failed_start_gives_the_terminal_back() {
     ) else {
         return;
     };
-    assert!(out.contains("command not found"), "{out}");
-    assert!(out.contains("got hi"), "{out}");
+    assert_shows(&out, &["command not found", "got hi"]);
 }
