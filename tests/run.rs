@@ -726,7 +726,7 @@ fn cgroup_parent_places_the_run_cgroup() {
     ]);
     assert_eq!(code(&out), 125);
     assert!(
-        stderr(&out).contains("is not a cgroup under the cgroup2 mount"),
+        stderr(&out).contains("/no/such/parent is not a cgroup2 directory"),
         "{}",
         stderr(&out)
     );
@@ -734,12 +734,32 @@ fn cgroup_parent_places_the_run_cgroup() {
 
 #[test]
 fn auto_falls_back_to_subreaper_with_one_warning() {
-    // A cgroup parent that cannot be used forces the fallback.
+    // A cgroup parent in which no cgroup can be created forces the fallback: a cgroup of the
+    // test's own with `cgroup.max.descendants` 0 (mkdir fails with EAGAIN). (A parent that is
+    // not a cgroup2 directory at all is a usage error instead: tests/cgroup_parent.rs.)
+    struct Full(Option<std::path::PathBuf>);
+    impl Drop for Full {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
+    // Without a usable cgroup backend, auto falls back anyway.
+    let full = Full(cgroup_usable().then(cgroup2_mount).flatten().map(|m| {
+        let p = m.join(format!("reaper-test-full-{}", std::process::id()));
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join("cgroup.max.descendants"), "0").unwrap();
+        p
+    }));
     let t = Tree::new();
-    let out = reaper()
-        .args(["run", "--report"])
-        .arg(t.report())
-        .args(["--cgroup-parent", "/no/such/parent", "--"])
+    let mut cmd = reaper();
+    cmd.args(["run", "--report"]).arg(t.report());
+    if let Some(p) = &full.0 {
+        cmd.arg("--cgroup-parent").arg(p);
+    }
+    let out = cmd
+        .arg("--")
         .args(t.fixture(&["setsid-grandchild", "--leader-exits"]))
         .stdin(Stdio::null())
         .output()

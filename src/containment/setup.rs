@@ -64,8 +64,20 @@ pub struct Placement {
 
 impl CgroupEnv {
     /// The parent for run cgroups: `--cgroup-parent` (a directory under the mount, or a path
-    /// relative to it), else reaper's own cgroup.
+    /// relative to it), else reaper's own cgroup. Only a directory on the cgroup2 file system,
+    /// under the discovered mount, is accepted: anything else (a path that leaves the mount
+    /// through `..`, a cgroup v1 hierarchy, a plain directory) is the caller's mistake.
     pub fn placement(&self, cgroup_parent: Option<&Path>) -> Result<Placement, String> {
+        self.placement_checked(cgroup_parent, cgroupfs::is_cgroup2)
+    }
+
+    /// [`CgroupEnv::placement`] with the file-system check as a parameter, so the layout logic
+    /// is unit-tested against a temporary directory standing in for the mount.
+    fn placement_checked(
+        &self,
+        cgroup_parent: Option<&Path>,
+        is_cgroup2: impl Fn(&Path) -> std::io::Result<bool>,
+    ) -> Result<Placement, String> {
         let Some(requested) = cgroup_parent else {
             return Ok(Placement {
                 dir: self.own_dir.clone(),
@@ -73,17 +85,41 @@ impl CgroupEnv {
             });
         };
         let mp = &self.mount.mount_point;
-        let rel = match requested.strip_prefix(mp) {
-            Ok(r) => r.to_owned(),
-            Err(_) => requested.strip_prefix("/").unwrap_or(requested).to_owned(),
+        let joined = match requested.strip_prefix(mp) {
+            Ok(r) => mp.join(r),
+            Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
-        let dir = mp.join(&rel);
-        if !dir.join("cgroup.procs").exists() {
-            return Err(format!(
-                "cgroup parent {} is not a cgroup under the cgroup2 mount {}; create it first (mkdir)",
-                dir.display(),
+        let refuse = |why: String| {
+            format!(
+                "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
+                 the cgroup2 mount {} (create it first: mkdir)",
+                requested.display(),
                 mp.display()
-            ));
+            )
+        };
+        // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
+        // `..` reaches the run cgroup's path or the report.
+        let dir = std::fs::canonicalize(&joined)
+            .map_err(|e| refuse(format!("{}: {e}", joined.display())))?;
+        let mount_dir = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
+        let Ok(rel) = dir.strip_prefix(&mount_dir) else {
+            return Err(refuse(format!(
+                "it resolves to {}, outside the mount",
+                dir.display()
+            )));
+        };
+        if !dir.is_dir() {
+            return Err(refuse(format!("{} is not a directory", dir.display())));
+        }
+        match is_cgroup2(&dir) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(refuse(format!(
+                    "{} is not on the cgroup2 file system",
+                    dir.display()
+                )))
+            }
+            Err(e) => return Err(refuse(format!("statfs {}: {e}", dir.display()))),
         }
         let rel = rel.to_string_lossy();
         let root = self.mount.root.trim_end_matches('/');
@@ -335,14 +371,25 @@ mod tests {
         );
     }
 
+    /// The temporary directory stands in for the mount, so the cgroup2 file-system check (a
+    /// statfs(2) that a temporary directory fails) is replaced here by one that accepts it; what
+    /// remains is the layout: resolution, staying under the mount, the hierarchy path.
     #[test]
     fn cgroup_parent_relative_or_absolute() {
         let tmp = std::env::temp_dir().join(format!("reaper-unit-place-{}", std::process::id()));
-        std::fs::create_dir_all(tmp.join("ci")).unwrap();
-        std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
+        std::fs::create_dir_all(tmp.join("ci/sub")).unwrap();
+        let tmp = std::fs::canonicalize(&tmp).unwrap();
         let env = env_at(tmp.to_str().unwrap(), "/", "/");
-        for req in [PathBuf::from("ci"), PathBuf::from("/ci"), tmp.join("ci")] {
-            let p = env.placement(Some(&req)).unwrap();
+        let any_fs = |_: &Path| Ok(true);
+        for req in [
+            PathBuf::from("ci"),
+            PathBuf::from("/ci"),
+            tmp.join("ci"),
+            // `..` that stays inside the mount is resolved away.
+            PathBuf::from("ci/sub/.."),
+            tmp.join("ci/sub/../../ci"),
+        ] {
+            let p = env.placement_checked(Some(&req), any_fs).unwrap();
             assert_eq!(
                 (p.dir.clone(), p.path.as_str()),
                 (tmp.join("ci"), "/ci"),
@@ -350,9 +397,30 @@ mod tests {
                 req.display()
             );
         }
-        let err = env.placement(Some(Path::new("missing"))).unwrap_err();
+        let err = env
+            .placement_checked(Some(Path::new("missing")), any_fs)
+            .unwrap_err();
         assert!(
-            err.contains("is not a cgroup") && err.contains("mkdir"),
+            err.starts_with("--cgroup-parent missing is not a cgroup2 directory (")
+                && err.contains("mkdir"),
+            "{err}"
+        );
+        // Issue 10 item 2: `..` that leaves the mount is refused, whatever is there.
+        std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
+        let outside = tmp.join("ci/../..");
+        let err = env.placement_checked(Some(&outside), any_fs).unwrap_err();
+        assert!(
+            err.contains(&format!("{} is not a cgroup2 directory", outside.display()))
+                && err.contains("outside the mount"),
+            "{err}"
+        );
+        // …and so is a directory under it that is not on the cgroup2 file system.
+        let err = env
+            .placement_checked(Some(Path::new("ci")), |_| Ok(false))
+            .unwrap_err();
+        assert!(
+            err.contains("ci is not a cgroup2 directory")
+                && err.contains("not on the cgroup2 file system"),
             "{err}"
         );
         std::fs::remove_dir_all(&tmp).unwrap();
