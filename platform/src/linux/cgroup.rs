@@ -119,9 +119,11 @@ impl Cgroup {
     /// cannot be read (removed meanwhile) contributes nobody.
     pub fn subtree_procs(&self) -> Vec<Pid> {
         let mut pids = Vec::new();
-        let _ = cgroupfs::walk_subtree(&self.path, false, |procs| {
-            pids.extend(parse_pids(procs.unwrap_or("")))
-        });
+        let _ = cgroupfs::walk_subtree(
+            &self.path,
+            false,
+            Some(&mut |procs: &str| pids.extend(parse_pids(procs))),
+        );
         pids
     }
 
@@ -129,7 +131,16 @@ impl Cgroup {
     /// subtree (see [`cgroupfs::walk_subtree`]). Already gone counts as removed. EBUSY means a
     /// cgroup is still populated (or got a new child meanwhile): the caller may retry.
     pub fn remove_subtree(&self) -> cgroupfs::Result<()> {
-        let below = cgroupfs::walk_subtree(&self.path, true, |_| {});
+        // The common case, a cgroup without children, takes one rmdir(2). One with children
+        // fails with EBUSY (cgroupfs) or ENOTEMPTY (a plain directory standing in for one).
+        match self.remove() {
+            Err(e)
+                if e.is_busy()
+                    || e.source.raw_os_error()
+                        == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) => {}
+            r => return r,
+        }
+        let below = cgroupfs::walk_subtree(&self.path, true, None);
         // Try this one even if something below failed: the error to report is the first one.
         let this = self.remove();
         below.and(this)

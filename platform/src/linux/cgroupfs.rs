@@ -120,9 +120,9 @@ fn read_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<String> {
     Ok(text)
 }
 
-/// Every cgroup of the subtree at `root` (`root` included), each given to `enter` as its open
-/// directory with its `cgroup.procs` read (`None` when that fails, e.g. it vanished), parents
-/// before children. With `remove`, each cgroup below `root` is removed (`unlinkat(AT_REMOVEDIR)`)
+/// Every cgroup of the subtree at `root` (`root` included), parents before children: with
+/// `procs`, each one's `cgroup.procs` is read and given to it (a cgroup that vanished meanwhile
+/// gives nothing). With `remove`, each cgroup below `root` is removed (`unlinkat(AT_REMOVEDIR)`)
 /// once everything below it is: children first, as rmdir(2) refuses a cgroup with children.
 /// `root` itself is left to the caller.
 ///
@@ -137,15 +137,25 @@ fn read_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<String> {
 /// path would be too long to use. Removal errors do not stop the walk: the rest is still removed,
 /// and the first error is returned (one that is not EBUSY, if any). A root that does not exist
 /// is an empty subtree.
-pub fn walk_subtree(root: &Path, remove: bool, mut enter: impl FnMut(Option<&str>)) -> Result<()> {
+pub fn walk_subtree(
+    root: &Path,
+    remove: bool,
+    mut procs: Option<&mut dyn FnMut(&str)>,
+) -> Result<()> {
     let dir_flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let mut cur = match rustix::fs::open(root, dir_flags, Mode::empty()) {
         Ok(fd) => fd,
         Err(Errno::NOENT) => return Ok(()),
         Err(e) => return Err(CgroupFsError::new(Op::Read, root, e.into())),
     };
-    let procs = c"cgroup.procs";
-    enter(read_at(cur.as_fd(), procs).ok().as_deref());
+    let mut enter = |dir: &OwnedFd| {
+        if let Some(f) = procs.as_mut() {
+            if let Ok(text) = read_at(dir.as_fd(), c"cgroup.procs") {
+                f(&text);
+            }
+        }
+    };
+    enter(&cur);
     let mut stack =
         vec![Level::of(&cur, CString::default())
             .map_err(|e| CgroupFsError::new(Op::Read, root, e))?];
@@ -172,7 +182,7 @@ pub fn walk_subtree(root: &Path, remove: bool, mut enter: impl FnMut(Option<&str
                 }
             };
             cur = fd;
-            enter(read_at(cur.as_fd(), procs).ok().as_deref());
+            enter(&cur);
             stack.push(level);
             continue;
         }
@@ -267,7 +277,7 @@ fn describe(root: &Path, stack: &[Level], child: Option<&CStr>) -> PathBuf {
     if full.as_os_str().len() < PATH_MAX {
         return full;
     }
-    let mut short = root.join(format!("…({} levels)…", names.len() - 1));
+    let mut short = root.join(format!("…({} levels)…", names.len().saturating_sub(1)));
     short.push(names.last().copied().unwrap_or_default());
     short
 }
