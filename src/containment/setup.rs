@@ -99,8 +99,18 @@ impl CgroupEnv {
         };
         // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
         // `..` reaches the run cgroup's path or the report.
-        let dir = std::fs::canonicalize(&joined)
-            .map_err(|e| refuse(format!("{}: {e}", joined.display())))?;
+        let dir = std::fs::canonicalize(&joined).map_err(|e| {
+            // An absolute path is also tried as a path in the hierarchy (`/ci`, as
+            // /proc/PID/cgroup shows it); when that fails, say so about the path as given.
+            if requested.is_absolute() && !requested.starts_with(mp) && requested.exists() {
+                refuse(format!(
+                    "it is outside the mount, and {} does not exist",
+                    joined.display()
+                ))
+            } else {
+                refuse(format!("{}: {e}", joined.display()))
+            }
+        })?;
         let mount_dir = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
         let Ok(rel) = dir.strip_prefix(&mount_dir) else {
             return Err(refuse(format!(
