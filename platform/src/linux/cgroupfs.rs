@@ -156,9 +156,7 @@ pub fn walk_subtree(
         }
     };
     enter(&cur);
-    let mut stack =
-        vec![Level::of(&cur, CString::default())
-            .map_err(|e| CgroupFsError::new(Op::Read, root, e))?];
+    let mut stack = vec![Level::of(&cur, c"").map_err(|e| CgroupFsError::new(Op::Read, root, e))?];
     let mut failed: Option<CgroupFsError> = None;
     loop {
         let top = stack.len() - 1;
@@ -173,10 +171,10 @@ pub fn walk_subtree(
                     continue;
                 }
             };
-            let level = match Level::of(&fd, child) {
+            let level = match Level::of(&fd, &child) {
                 Ok(l) => l,
                 Err(e) => {
-                    let path = describe(root, &stack, None);
+                    let path = describe(root, &stack, Some(&child));
                     keep_first(&mut failed, CgroupFsError::new(Op::Read, &path, e));
                     continue;
                 }
@@ -190,24 +188,24 @@ pub fn walk_subtree(
         if top == 0 {
             break;
         }
-        let here = describe(root, &stack, None);
-        let parent = rustix::fs::openat(&cur, c"..", dir_flags, Mode::empty())
-            .map_err(|e| CgroupFsError::new(Op::Read, &here, e.into()))?;
-        let level = stack.pop().unwrap_or_default();
-        if identity(&parent).map_err(|e| CgroupFsError::new(Op::Read, &here, e))?
-            != stack[top - 1].id
-        {
-            return Err(CgroupFsError::new(
-                Op::Read,
-                &here,
-                io::Error::other("its parent changed while the subtree was walked"),
-            ));
+        // (Paths for errors are built only on error: each costs the depth.)
+        let up = |e: io::Error| CgroupFsError::new(Op::Read, &describe(root, &stack, None), e);
+        let parent =
+            rustix::fs::openat(&cur, c"..", dir_flags, Mode::empty()).map_err(|e| up(e.into()))?;
+        if identity(&parent).map_err(up)? != stack[top - 1].id {
+            return Err(up(io::Error::other(
+                "its parent changed while the subtree was walked",
+            )));
         }
+        let level = stack.pop().unwrap_or_default();
         cur = parent;
         if remove {
             match rustix::fs::unlinkat(&cur, level.name.as_c_str(), AtFlags::REMOVEDIR) {
                 Ok(()) | Err(Errno::NOENT) => {}
-                Err(e) => keep_first(&mut failed, CgroupFsError::new(Op::Rmdir, &here, e.into())),
+                Err(e) => {
+                    let path = describe(root, &stack, Some(&level.name));
+                    keep_first(&mut failed, CgroupFsError::new(Op::Rmdir, &path, e.into()));
+                }
             }
         }
     }
@@ -224,9 +222,9 @@ struct Level {
 }
 
 impl Level {
-    fn of(dir: &OwnedFd, name: CString) -> io::Result<Level> {
+    fn of(dir: &OwnedFd, name: &CStr) -> io::Result<Level> {
         Ok(Level {
-            name,
+            name: name.to_owned(),
             id: identity(dir)?,
             pending: child_dirs(dir)?,
         })
