@@ -603,20 +603,28 @@ fn stale_cgroups_of_a_dead_reaper_are_swept() {
     }
     let t = Tree::new();
     let mount = cgroup2_mount().unwrap();
+    // Under a parent of this test's own: only the reaper below, placed there, sweeps it (a
+    // neighbour test's reaper sweeping it first made the fixture's join below fail).
+    let parent = mount.join(format!("reaper-test-sweep-{}", std::process::id()));
+    std::fs::create_dir(&parent).unwrap();
     // Named like a run cgroup of reaper pid 999999999 (above any pid_max): its owner is gone.
-    let stale = mount.join(format!("reaper-999999999-{}-0", std::process::id()));
+    let stale = parent.join(format!("reaper-999999999-{}-0", std::process::id()));
     // A decoy whose name is not reaper's run-cgroup pattern must survive the sweep.
-    let decoy = mount.join(format!("reaper-test-decoy-{}", std::process::id()));
-    std::fs::create_dir(&stale).unwrap();
-    std::fs::create_dir(&decoy).unwrap();
-    // Removed however the test ends; the stale one is emptied and removed by reaper.
-    struct RemoveOnDrop(std::path::PathBuf);
+    let decoy = parent.join(format!("reaper-test-decoy-{}", std::process::id()));
+    // Removed however the test ends (children first); the stale one is emptied and removed by
+    // reaper.
+    struct RemoveOnDrop(Vec<std::path::PathBuf>);
     impl Drop for RemoveOnDrop {
         fn drop(&mut self) {
-            let _ = std::fs::remove_dir(&self.0);
+            for dir in &self.0 {
+                let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+                let _ = reaper_platform::linux::cgroup::Cgroup::at(dir).remove_subtree();
+            }
         }
     }
-    let _decoy_guard = RemoveOnDrop(decoy.clone());
+    let _guard = RemoveOnDrop(vec![decoy.clone(), stale.clone(), parent.clone()]);
+    std::fs::create_dir(&stale).unwrap();
+    std::fs::create_dir(&decoy).unwrap();
     let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", stale.display());
     let mut argv = vec!["sh".to_string(), "-c".into(), join, "sh".into()];
     argv.extend(t.fixture(&["setsid-grandchild", "--leader-exits"]));
@@ -627,9 +635,14 @@ fn stale_cgroups_of_a_dead_reaper_are_swept() {
         .unwrap();
     assert!(st.success());
     t.wait_ready(Duration::from_secs(10));
-    // The orphaned tree now lives on in the stale cgroup. (A reaper of a test running beside
-    // this one may sweep it first: that is the same behaviour, so no assertion in between.)
-    let out = run_reaper(["run", "--containment", "cgroup", "--", "true"]);
+    // The orphaned tree now lives on in the stale cgroup.
+    let out = reaper()
+        .args(["run", "--containment", "cgroup", "--cgroup-parent"])
+        .arg(&parent)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(code(&out), 0, "{}", stderr(&out));
     t.assert_all_dead("stale sweep");
     assert!(
@@ -713,7 +726,7 @@ fn cgroup_parent_places_the_run_cgroup() {
     ]);
     assert_eq!(code(&out), 125);
     assert!(
-        stderr(&out).contains("is not a cgroup under the cgroup2 mount"),
+        stderr(&out).contains("/no/such/parent is not a cgroup2 directory"),
         "{}",
         stderr(&out)
     );
@@ -721,12 +734,32 @@ fn cgroup_parent_places_the_run_cgroup() {
 
 #[test]
 fn auto_falls_back_to_subreaper_with_one_warning() {
-    // A cgroup parent that cannot be used forces the fallback.
+    // A cgroup parent in which no cgroup can be created forces the fallback: a cgroup of the
+    // test's own with `cgroup.max.descendants` 0 (mkdir fails with EAGAIN). (A parent that is
+    // not a cgroup2 directory at all is a usage error instead: tests/cgroup_parent.rs.)
+    struct Full(Option<std::path::PathBuf>);
+    impl Drop for Full {
+        fn drop(&mut self) {
+            if let Some(p) = &self.0 {
+                let _ = std::fs::remove_dir(p);
+            }
+        }
+    }
+    // Without a usable cgroup backend, auto falls back anyway.
+    let full = Full(cgroup_usable().then(cgroup2_mount).flatten().map(|m| {
+        let p = m.join(format!("reaper-test-full-{}", std::process::id()));
+        std::fs::create_dir(&p).unwrap();
+        std::fs::write(p.join("cgroup.max.descendants"), "0").unwrap();
+        p
+    }));
     let t = Tree::new();
-    let out = reaper()
-        .args(["run", "--report"])
-        .arg(t.report())
-        .args(["--cgroup-parent", "/no/such/parent", "--"])
+    let mut cmd = reaper();
+    cmd.args(["run", "--report"]).arg(t.report());
+    if let Some(p) = &full.0 {
+        cmd.arg("--cgroup-parent").arg(p);
+    }
+    let out = cmd
+        .arg("--")
         .args(t.fixture(&["setsid-grandchild", "--leader-exits"]))
         .stdin(Stdio::null())
         .output()

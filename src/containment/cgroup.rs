@@ -36,8 +36,12 @@ pub struct CgroupBackend {
 }
 
 impl CgroupBackend {
-    pub fn new(cgroup: Cgroup, hierarchy_path: String) -> Result<Self, String> {
-        let owner_lock = cgroup.lock_owner().map_err(|e| e.to_string())?;
+    /// `owner_lock`: the cgroup's directory, locked by [`Cgroup::try_lock_owner`].
+    pub fn new(
+        cgroup: Cgroup,
+        hierarchy_path: String,
+        owner_lock: OwnedFd,
+    ) -> Result<Self, String> {
         let procs_fd = cgroup.open_procs_for_join().map_err(|e| e.to_string())?;
         Ok(Self {
             cgroup,
@@ -125,9 +129,8 @@ impl Containment for CgroupBackend {
 
     fn members(&self) -> Vec<Member> {
         self.cgroup
-            .subtree()
-            .iter()
-            .flat_map(|cg| cg.procs().unwrap_or_default())
+            .subtree_procs()
+            .into_iter()
             .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
             .filter(|s| !s.is_dead())
             .map(|s| Member {
@@ -172,9 +175,8 @@ impl Containment for CgroupBackend {
             // counted, so cgroup.procs alone names them (no start time, no name).
             let pids: Vec<i32> = self
                 .cgroup
-                .subtree()
-                .iter()
-                .flat_map(|cg| cg.procs().unwrap_or_default())
+                .subtree_procs()
+                .into_iter()
                 .map(|p| p.as_raw_nonzero().get())
                 .collect();
             if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
@@ -240,19 +242,11 @@ impl Containment for CgroupBackend {
         if self.released {
             return Ok(());
         }
-        // Children first: rmdir(2) refuses a cgroup that still has child cgroups (EBUSY).
-        let mut errors = Vec::new();
-        for cg in self.cgroup.subtree().iter().rev() {
-            if let Err(e) = cg.remove() {
-                errors.push(e.to_string());
-            }
-        }
-        if errors.is_empty() {
-            self.released = true;
-            Ok(())
-        } else {
-            Err(errors.join("; "))
-        }
+        // Children first, relative to directory fds: the tree may have nested sub-cgroups
+        // past PATH_MAX.
+        self.cgroup.remove_subtree().map_err(|e| e.to_string())?;
+        self.released = true;
+        Ok(())
     }
 }
 

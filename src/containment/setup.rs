@@ -6,10 +6,12 @@
 //! a later reaper can prove the owner is gone (pid and start time) before removing one, and
 //! never touches anything else.
 
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use reaper_platform::linux::cgroup::Cgroup;
+use reaper_platform::linux::cgroupfs;
 use reaper_platform::linux::mountinfo::{self, Cgroup2Mount};
 use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
@@ -62,8 +64,20 @@ pub struct Placement {
 
 impl CgroupEnv {
     /// The parent for run cgroups: `--cgroup-parent` (a directory under the mount, or a path
-    /// relative to it), else reaper's own cgroup.
+    /// relative to it), else reaper's own cgroup. Only a directory on the cgroup2 file system,
+    /// under the discovered mount, is accepted: anything else (a path that leaves the mount
+    /// through `..`, a cgroup v1 hierarchy, a plain directory) is the caller's mistake.
     pub fn placement(&self, cgroup_parent: Option<&Path>) -> Result<Placement, String> {
+        self.placement_checked(cgroup_parent, cgroupfs::is_cgroup2)
+    }
+
+    /// [`CgroupEnv::placement`] with the file-system check as a parameter, so the layout logic
+    /// is unit-tested against a temporary directory standing in for the mount.
+    fn placement_checked(
+        &self,
+        cgroup_parent: Option<&Path>,
+        is_cgroup2: impl Fn(&Path) -> std::io::Result<bool>,
+    ) -> Result<Placement, String> {
         let Some(requested) = cgroup_parent else {
             return Ok(Placement {
                 dir: self.own_dir.clone(),
@@ -71,17 +85,51 @@ impl CgroupEnv {
             });
         };
         let mp = &self.mount.mount_point;
-        let rel = match requested.strip_prefix(mp) {
-            Ok(r) => r.to_owned(),
-            Err(_) => requested.strip_prefix("/").unwrap_or(requested).to_owned(),
+        let joined = match requested.strip_prefix(mp) {
+            Ok(r) => mp.join(r),
+            Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
-        let dir = mp.join(&rel);
-        if !dir.join("cgroup.procs").exists() {
-            return Err(format!(
-                "cgroup parent {} is not a cgroup under the cgroup2 mount {}; create it first (mkdir)",
-                dir.display(),
+        let refuse = |why: String| {
+            format!(
+                "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
+                 the cgroup2 mount {} (create it first: mkdir)",
+                requested.display(),
                 mp.display()
-            ));
+            )
+        };
+        // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
+        // `..` reaches the run cgroup's path or the report.
+        let dir = std::fs::canonicalize(&joined).map_err(|e| {
+            // An absolute path is also tried as a path in the hierarchy (`/ci`, as
+            // /proc/PID/cgroup shows it); when that fails, say so about the path as given.
+            if requested.is_absolute() && !requested.starts_with(mp) && requested.exists() {
+                refuse(format!(
+                    "it is outside the mount, and {} does not exist",
+                    joined.display()
+                ))
+            } else {
+                refuse(format!("{}: {e}", joined.display()))
+            }
+        })?;
+        let mount_dir = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
+        let Ok(rel) = dir.strip_prefix(&mount_dir) else {
+            return Err(refuse(format!(
+                "it resolves to {}, outside the mount",
+                dir.display()
+            )));
+        };
+        if !dir.is_dir() {
+            return Err(refuse(format!("{} is not a directory", dir.display())));
+        }
+        match is_cgroup2(&dir) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(refuse(format!(
+                    "{} is not on the cgroup2 file system",
+                    dir.display()
+                )))
+            }
+            Err(e) => return Err(refuse(format!("statfs {}: {e}", dir.display()))),
         }
         let rel = rel.to_string_lossy();
         let root = self.mount.root.trim_end_matches('/');
@@ -111,8 +159,13 @@ pub fn ensure_leaf(env: &CgroupEnv, placement: &Placement) -> Result<Option<Cgro
     }
     let (pid, start) =
         procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let leaf = Cgroup::create(&placement.dir, &format!("{PREFIX}{pid}-{start}-supervisor"))
-        .map_err(|e| e.to_string())?;
+    let name = format!("{PREFIX}{pid}-{start}-supervisor");
+    let (leaf, lock) = create_owned(&placement.dir, || name.clone(), Cgroup::create)?;
+    // Locked before reaper moves in, and for as long as reaper lives: a sweep that cannot see
+    // this process (another PID namespace) would otherwise take the leaf for a stale one and
+    // kill reaper with it.
+    static SUPERVISOR_LOCK: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
+    let _ = SUPERVISOR_LOCK.set(lock);
     let me = rustix::process::getpid();
     leaf.add_process(me).map_err(|e| e.to_string())?;
     Ok(Some(leaf))
@@ -125,21 +178,57 @@ const PREFIX: &str = "reaper-";
 pub fn create_run_cgroup(placement: &Placement) -> Result<CgroupBackend, String> {
     let (pid, start) =
         procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let name = format!(
-        "{PREFIX}{pid}-{start}-{}",
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    );
-    let cg =
-        Cgroup::create(&placement.dir, &name).map_err(|e| format!("{e}; run `reaper doctor`"))?;
-    let path = format!("{}/{name}", placement.path.trim_end_matches('/'));
-    match CgroupBackend::new(cg.clone(), path) {
-        Ok(b) => Ok(b),
-        Err(e) => {
-            let _ = cg.remove();
-            Err(e)
+    let next_name = || {
+        format!(
+            "{PREFIX}{pid}-{start}-{}",
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        )
+    };
+    let (cg, lock) = create_owned(&placement.dir, next_name, Cgroup::create)?;
+    let path = format!("{}/{}", placement.path.trim_end_matches('/'), cg.name());
+    CgroupBackend::new(cg.clone(), path, lock).inspect_err(|_| {
+        let _ = cg.remove();
+    })
+}
+
+/// Creates a cgroup of ours (`mkdir` with a name from `next_name`) and takes its owner lock.
+///
+/// The two steps cannot be one, and between them a stale-cgroup sweep that cannot see this
+/// process (it runs in another PID namespace, so the owner pid in the name proves nothing to
+/// it) finds a directory nobody has locked. The sweep claims a cgroup by taking that lock and
+/// holds it until the cgroup is removed, so exactly one side gets it: if we do, no sweep will
+/// touch the cgroup while we live; if the sweep does, the directory is its to remove and we
+/// make a fresh one. Each retry needs a sweep to win the race again, so a few suffice; no wait
+/// is involved, so a stopped sweeper cannot hold us up.
+fn create_owned(
+    dir: &Path,
+    mut next_name: impl FnMut() -> String,
+    mut mkdir: impl FnMut(&Path, &str) -> cgroupfs::Result<Cgroup>,
+) -> Result<(Cgroup, OwnedFd), String> {
+    for _ in 0..CLAIM_ATTEMPTS {
+        let cg = mkdir(dir, &next_name()).map_err(|e| format!("{e}; run `reaper doctor`"))?;
+        match cg.try_lock_owner() {
+            Ok(Some(lock)) => return Ok((cg, lock)),
+            // Claimed by a sweep (or already removed by one): not ours to touch any more.
+            Ok(None) => tracing::debug!(
+                "{} was claimed by a stale-cgroup sweep before its owner lock; creating another",
+                cg.path().display()
+            ),
+            Err(e) => {
+                let _ = cg.remove();
+                return Err(e.to_string());
+            }
         }
     }
+    Err(format!(
+        "every cgroup reaper created under {} was claimed by another reaper's stale-cgroup \
+         sweep before reaper could lock it ({CLAIM_ATTEMPTS} tries); try again",
+        dir.display()
+    ))
 }
+
+/// How many fresh cgroups [`create_owned`] makes before giving up to sweeps that claim them.
+const CLAIM_ATTEMPTS: usize = 4;
 
 /// The owner `(pid, starttime)` encoded in a name of ours, or `None` for anything else.
 pub fn owner_of(name: &str) -> Option<(i32, u64)> {
@@ -166,9 +255,16 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
         let cg = Cgroup::at(dir.join(&name));
         // Gone means both: no process with that pid and start time here, and nobody holding
         // the owner lock (a reaper in another PID namespace shows neither pid nor start time).
-        if procfs::is_alive(pid, start) || cg.owner_lock_held() {
+        if procfs::is_alive(pid, start) {
             continue;
         }
+        // The claim is this sweep's owner lock, held until the cgroup is removed: a creator in
+        // another PID namespace that has made the directory but not locked it yet then fails
+        // its lock and makes another (see `create_owned`), rather than running in a cgroup
+        // being killed. Not acquired: a live owner holds it (or it is already gone).
+        let Ok(Some(_claim)) = cg.try_lock_owner() else {
+            continue;
+        };
         if let Err(e) = remove_tree(&cg, deadline).await {
             tracing::warn!("stale cgroup {} left in place: {e}", cg.path().display());
         } else {
@@ -218,19 +314,12 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
                 ));
             }
         }
-        // Children first: rmdir(2) refuses a cgroup with children (EBUSY), as it refuses one
-        // that a late joiner has just populated again.
-        let mut busy = None;
-        for c in cg.subtree().iter().rev() {
-            match c.remove() {
-                Ok(()) => {}
-                Err(e) if e.is_busy() => busy = Some(e),
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        let Some(e) = busy else { return Ok(()) };
-        if Instant::now() >= deadline {
-            return Err(e.to_string());
+        // Children first, relative to directory fds (the tree may nest sub-cgroups past
+        // PATH_MAX). EBUSY: a late joiner has populated it again; kill and try again.
+        match cg.remove_subtree() {
+            Ok(()) => return Ok(()),
+            Err(e) if !e.is_busy() || Instant::now() >= deadline => return Err(e.to_string()),
+            Err(_) => {}
         }
         tokio::time::sleep(RETRY).await;
     }
@@ -292,14 +381,25 @@ mod tests {
         );
     }
 
+    /// The temporary directory stands in for the mount, so the cgroup2 file-system check (a
+    /// statfs(2) that a temporary directory fails) is replaced here by one that accepts it; what
+    /// remains is the layout: resolution, staying under the mount, the hierarchy path.
     #[test]
     fn cgroup_parent_relative_or_absolute() {
         let tmp = std::env::temp_dir().join(format!("reaper-unit-place-{}", std::process::id()));
-        std::fs::create_dir_all(tmp.join("ci")).unwrap();
-        std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
+        std::fs::create_dir_all(tmp.join("ci/sub")).unwrap();
+        let tmp = std::fs::canonicalize(&tmp).unwrap();
         let env = env_at(tmp.to_str().unwrap(), "/", "/");
-        for req in [PathBuf::from("ci"), PathBuf::from("/ci"), tmp.join("ci")] {
-            let p = env.placement(Some(&req)).unwrap();
+        let any_fs = |_: &Path| Ok(true);
+        for req in [
+            PathBuf::from("ci"),
+            PathBuf::from("/ci"),
+            tmp.join("ci"),
+            // `..` that stays inside the mount is resolved away.
+            PathBuf::from("ci/sub/.."),
+            tmp.join("ci/sub/../../ci"),
+        ] {
+            let p = env.placement_checked(Some(&req), any_fs).unwrap();
             assert_eq!(
                 (p.dir.clone(), p.path.as_str()),
                 (tmp.join("ci"), "/ci"),
@@ -307,9 +407,83 @@ mod tests {
                 req.display()
             );
         }
-        let err = env.placement(Some(Path::new("missing"))).unwrap_err();
+        let err = env
+            .placement_checked(Some(Path::new("missing")), any_fs)
+            .unwrap_err();
         assert!(
-            err.contains("is not a cgroup") && err.contains("mkdir"),
+            err.starts_with("--cgroup-parent missing is not a cgroup2 directory (")
+                && err.contains("mkdir"),
+            "{err}"
+        );
+        // Issue 10 item 2: `..` that leaves the mount is refused, whatever is there.
+        std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
+        let outside = tmp.join("ci/../..");
+        let err = env.placement_checked(Some(&outside), any_fs).unwrap_err();
+        assert!(
+            err.contains(&format!("{} is not a cgroup2 directory", outside.display()))
+                && err.contains("outside the mount"),
+            "{err}"
+        );
+        // …and so is a directory under it that is not on the cgroup2 file system.
+        let err = env
+            .placement_checked(Some(Path::new("ci")), |_| Ok(false))
+            .unwrap_err();
+        assert!(
+            err.contains("ci is not a cgroup2 directory")
+                && err.contains("not on the cgroup2 file system"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Issue 10, "the stale sweep's flock probe": a sweep in another PID namespace cannot see a
+    /// new run cgroup's creator, so it may find the directory between the creator's `mkdir` and
+    /// its lock. Whoever locks first owns it: here the sweep does (and holds the lock until it
+    /// has removed the directory), so the creator must neither fail the run nor use that
+    /// cgroup, but make a fresh one — which no sweep can then claim.
+    #[test]
+    fn a_cgroup_claimed_by_a_sweep_before_its_creator_locked_it_is_left_to_the_sweep() {
+        let tmp = std::env::temp_dir().join(format!("reaper-unit-claim-{}", std::process::id()));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut seq = 0;
+        let mut next_name = || {
+            seq += 1;
+            format!("reaper-1-2-{seq}")
+        };
+        let mut sweeps_claim = None;
+        let mkdir_then_a_sweep_claims_the_first = |dir: &Path, name: &str| {
+            let cg = Cgroup::create(dir, name)?;
+            if sweeps_claim.is_none() {
+                sweeps_claim = Some(cg.try_lock_owner().unwrap().expect("the sweep's claim"));
+            }
+            Ok(cg)
+        };
+        let (cg, _lock) =
+            create_owned(&tmp, &mut next_name, mkdir_then_a_sweep_claims_the_first).unwrap();
+        assert_eq!(
+            cg.name(),
+            "reaper-1-2-2",
+            "the creator moved on to a fresh cgroup"
+        );
+        assert!(
+            tmp.join("reaper-1-2-1").exists(),
+            "the claimed one is the sweep's to remove"
+        );
+        assert!(
+            cg.try_lock_owner().unwrap().is_none(),
+            "a later sweep cannot claim the creator's cgroup"
+        );
+        // Bounded: a sweep that wins every race ends the attempts with an error, not a wait.
+        let mut claims = Vec::new();
+        let err = create_owned(&tmp, &mut next_name, |dir: &Path, name: &str| {
+            let cg = Cgroup::create(dir, name)?;
+            claims.push(cg.try_lock_owner().unwrap());
+            Ok(cg)
+        })
+        .unwrap_err();
+        assert_eq!(claims.len(), CLAIM_ATTEMPTS);
+        assert!(
+            err.contains("stale-cgroup sweep") && err.contains("try again"),
             "{err}"
         );
         std::fs::remove_dir_all(&tmp).unwrap();

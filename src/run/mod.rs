@@ -120,6 +120,9 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         Requested::Auto => pgid().map(|b| (b, None)),
         #[cfg(target_os = "linux")]
         Requested::Auto => match cgroup().await {
+            // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
+            // a host without cgroups: refused (and nothing created) rather than a fallback.
+            Err(why) if opts.cgroup_parent.is_some() && placement_refused(opts) => Err(why),
             Ok(b) => Ok((Backend::Cgroup(b), None)),
             Err(why) => subreaper().map(|b| {
                 let warning = format!(
@@ -129,6 +132,12 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             }),
         },
     }
+}
+
+/// Whether `--cgroup-parent` itself is what the cgroup backend refused.
+#[cfg(target_os = "linux")]
+fn placement_refused(opts: &ContainOpts) -> bool {
+    setup::discover().is_ok_and(|env| env.placement(opts.cgroup_parent.as_deref()).is_err())
 }
 
 /// Stale cgroups are swept once per reaper process, under the first parent it uses.

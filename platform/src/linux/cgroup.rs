@@ -114,49 +114,69 @@ impl Cgroup {
             .collect())
     }
 
-    /// This cgroup and every cgroup below it, parents before children (so removing in reverse
-    /// order works: rmdir(2) refuses a cgroup that has children).
-    pub fn subtree(&self) -> Vec<Cgroup> {
-        let mut all = vec![self.clone()];
-        let mut i = 0;
-        while i < all.len() {
-            let base = all[i].path.clone();
-            let children = all[i].children().unwrap_or_default();
-            all.extend(children.into_iter().map(|c| Cgroup::at(base.join(c))));
-            i += 1;
+    /// The processes in this cgroup and every cgroup below it, however deep (the walk is
+    /// relative to directory fds: see [`cgroupfs::walk_subtree`]). Best effort: a cgroup that
+    /// cannot be read (removed meanwhile) contributes nobody.
+    pub fn subtree_procs(&self) -> Vec<Pid> {
+        let mut pids = Vec::new();
+        let _ = cgroupfs::walk_subtree(
+            &self.path,
+            false,
+            Some(&mut |procs: &str| pids.extend(parse_pids(procs))),
+        );
+        pids
+    }
+
+    /// `rmdir` every cgroup below this one, children first, then this one, however deep the
+    /// subtree (see [`cgroupfs::walk_subtree`]). Already gone counts as removed. EBUSY means a
+    /// cgroup is still populated (or got a new child meanwhile): the caller may retry.
+    pub fn remove_subtree(&self) -> cgroupfs::Result<()> {
+        // The common case, a cgroup without children, takes one rmdir(2). One with children
+        // fails with EBUSY (cgroupfs) or ENOTEMPTY (a plain directory standing in for one).
+        match self.remove() {
+            Err(e)
+                if e.is_busy()
+                    || e.source.raw_os_error()
+                        == Some(rustix::io::Errno::NOTEMPTY.raw_os_error()) => {}
+            r => return r,
         }
-        all
+        let below = cgroupfs::walk_subtree(&self.path, true, None);
+        // Try this one even if something below failed: the error to report is the first one.
+        let this = self.remove();
+        below.and(this)
     }
 
     /// Takes an exclusive `flock` on the cgroup's directory and returns the fd that holds it:
     /// the lock lives exactly as long as the owning process (the kernel drops it when the fd
     /// closes, however the process dies), and it is visible across PID namespaces, where a
     /// pid is not.
-    pub fn lock_owner(&self) -> cgroupfs::Result<OwnedFd> {
+    ///
+    /// `Ok(None)` when the directory is not there to be owned: someone else holds the lock, or
+    /// the directory was removed (also between our open and our lock — a lock on a removed
+    /// directory guards nothing, so that is checked after locking).
+    pub fn try_lock_owner(&self) -> cgroupfs::Result<Option<OwnedFd>> {
         use rustix::fs::{flock, FlockOperation, Mode, OFlags};
         let err = |e: rustix::io::Errno| CgroupFsError::new(Op::Open, &self.path, e.into());
-        let fd = rustix::fs::open(
+        let fd = match rustix::fs::open(
             &self.path,
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             Mode::empty(),
-        )
-        .map_err(err)?;
-        flock(&fd, FlockOperation::NonBlockingLockExclusive).map_err(err)?;
-        Ok(fd)
-    }
-
-    /// Whether some live process holds [`Cgroup::lock_owner`]'s lock.
-    pub fn owner_lock_held(&self) -> bool {
-        use rustix::fs::{flock, FlockOperation, Mode, OFlags};
-        let Ok(fd) = rustix::fs::open(
-            &self.path,
-            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        ) else {
-            return false;
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(None),
+            Err(e) => return Err(err(e)),
         };
-        // Acquired means nobody holds it; closing `fd` releases it again.
-        flock(&fd, FlockOperation::NonBlockingLockExclusive) == Err(rustix::io::Errno::WOULDBLOCK)
+        match flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(err(e)),
+        }
+        let locked = rustix::fs::fstat(&fd).map_err(err)?;
+        match rustix::fs::stat(&self.path) {
+            Ok(now) if (now.st_dev, now.st_ino) == (locked.st_dev, locked.st_ino) => Ok(Some(fd)),
+            Ok(_) | Err(rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(err(e)),
+        }
     }
 
     /// Freezes (`true`) or thaws the cgroup and its descendants (`cgroup.freeze`): a frozen
@@ -273,6 +293,74 @@ mod tests {
         assert!(
             Cgroup::at(dir.join("run-1")).remove().is_ok(),
             "already gone counts as removed"
+        );
+    }
+
+    /// Issue 10 item 4: a subtree nested past PATH_MAX (25 levels of 200-byte names) is read and
+    /// removed relative to directory fds; an error deep in it names a shortened path.
+    #[test]
+    fn a_subtree_deeper_than_path_max_is_walked_and_removed() {
+        use rustix::fs::{openat, unlinkat, AtFlags, Mode, OFlags};
+        let root = std::env::temp_dir().join(format!("reaper-unit-deep-{}", std::process::id()));
+        std::fs::create_dir(&root).unwrap();
+        let name = "d".repeat(200);
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let mut dir = rustix::fs::open(&root, flags, Mode::empty()).unwrap();
+        for _ in 0..25 {
+            rustix::fs::mkdirat(&dir, name.as_str(), Mode::from_raw_mode(0o755)).unwrap();
+            dir = openat(&dir, name.as_str(), flags, Mode::empty()).unwrap();
+        }
+        // The deepest level holds a member (and, being a plain directory, is not removable
+        // while that file is in it).
+        let procs = openat(
+            &dir,
+            "cgroup.procs",
+            OFlags::WRONLY | OFlags::CREATE | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o644),
+        )
+        .unwrap();
+        rustix::io::write(&procs, b"4242\n").unwrap();
+        drop(procs);
+        let cg = Cgroup::at(&root);
+        let pids: Vec<i32> = cg
+            .subtree_procs()
+            .iter()
+            .map(|p| p.as_raw_nonzero().get())
+            .collect();
+        assert_eq!(pids, vec![4242], "the member 25 levels down is found");
+        let err = cg.remove_subtree().unwrap_err().to_string();
+        let shown = format!("{}/…(24 levels)…/{name}", root.display());
+        assert!(err.starts_with(&format!("cannot remove {shown}:")), "{err}");
+        unlinkat(&dir, "cgroup.procs", AtFlags::empty()).unwrap();
+        cg.remove_subtree().unwrap();
+        assert!(!root.exists());
+        assert!(
+            cg.remove_subtree().is_ok(),
+            "already gone counts as removed"
+        );
+    }
+
+    #[test]
+    fn the_owner_lock_is_exclusive_and_guards_only_a_live_directory() {
+        let dir = std::env::temp_dir().join(format!("reaper-unit-lock-{}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let cg = Cgroup::at(&dir);
+        let held = cg
+            .try_lock_owner()
+            .unwrap()
+            .expect("a fresh directory can be locked");
+        assert!(
+            cg.try_lock_owner().unwrap().is_none(),
+            "the lock is exclusive"
+        );
+        drop(held);
+        let again = cg.try_lock_owner().unwrap();
+        assert!(again.is_some(), "released when its fd closes");
+        drop(again);
+        std::fs::remove_dir(&dir).unwrap();
+        assert!(
+            cg.try_lock_owner().unwrap().is_none(),
+            "a removed directory"
         );
     }
 }
