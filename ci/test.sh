@@ -27,8 +27,29 @@ else
   echo "skipped: the x86_64-apple-darwin target is not installed (rustup target add x86_64-apple-darwin)"
 fi
 
+step "what this machine has: a test that needs it must not skip here"
+# A test that needs a backend or tool the machine lacks says `skipped: TEST: WHY`; where the
+# machine has it, the same skip would be a vacuous pass, so REAPER_REQUIRE turns it into a
+# failure (tests/common: `have`).
+cargo build --quiet --bin reaper
+require=()
+if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_writable": true'; then require+=(cgroup); fi
+if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
+if command -v script >/dev/null 2>&1; then require+=(script); fi
+export REAPER_REQUIRE="${require[*]}"
+echo "required here: ${REAPER_REQUIRE:-(nothing)}"
+skips=$(mktemp)
+trap 'rm -f "$skips"' EXIT
+export REAPER_TEST_SKIPS=$skips
+
 step "cargo test"
 cargo test --workspace
+if [ -s "$skips" ]; then
+  echo "tests skipped (this machine lacks what they need):"
+  sort -u "$skips"
+else
+  echo "no test skipped"
+fi
 
 step "interop tests with real MCP clients"
 ci/interop.sh

@@ -61,12 +61,9 @@ fn spawn_tree(
     child
 }
 
+/// Whether a test of `backend` must skip (only the cgroup backend can be missing here).
 fn skip_without_cgroup(backend: &str) -> bool {
-    if backend == "cgroup" && !cgroup_usable() {
-        eprintln!("skipped: the cgroup backend is not usable here (see `reaper doctor`)");
-        return true;
-    }
-    false
+    backend == "cgroup" && !have(Need::Cgroup)
 }
 
 macro_rules! backend_tests {
@@ -597,8 +594,7 @@ fn negative_control_process_group_kill_misses_the_setsid_escapee() {
 /// else.
 #[test]
 fn stale_cgroups_of_a_dead_reaper_are_swept() {
-    if !cgroup_usable() {
-        eprintln!("skipped: the cgroup backend is not usable here");
+    if !have(Need::Cgroup) {
         return;
     }
     let t = Tree::new();
@@ -660,8 +656,7 @@ fn stale_cgroups_of_a_dead_reaper_are_swept() {
 /// owner lock on the directory — is not swept; once the lock is gone, it is.
 #[test]
 fn the_sweep_spares_a_live_owner_it_cannot_see() {
-    if !cgroup_usable() {
-        eprintln!("skipped: the cgroup backend is not usable here");
+    if !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().unwrap();
@@ -686,8 +681,7 @@ fn the_sweep_spares_a_live_owner_it_cannot_see() {
 
 #[test]
 fn cgroup_parent_places_the_run_cgroup() {
-    if !cgroup_usable() {
-        eprintln!("skipped: the cgroup backend is not usable here");
+    if !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().unwrap();
@@ -822,12 +816,7 @@ fn doctor_reports_the_backend_auto_picks() {
 /// after reaper exits: the namespace's end would kill any survivor and hide it.
 #[test]
 fn every_backend_works_when_the_session_and_group_have_no_number() {
-    let probe = std::process::Command::new("unshare")
-        .args(["--pid", "--fork", "--mount-proc", "true"])
-        .stderr(Stdio::null())
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot make a PID namespace here (`unshare --pid` needs root)");
+    if !have(Need::PidNamespace) {
         return;
     }
     for backend in ["cgroup", "subreaper", "pgid"] {
@@ -886,12 +875,7 @@ fn every_backend_works_when_the_session_and_group_have_no_number() {
 /// controlling terminal, reaper's job in the foreground), typed at by FEED. Returns the
 /// terminal's output without carriage returns, or None when `script` is not installed.
 fn on_a_terminal(feed: &str, cmd: &str) -> Option<String> {
-    if std::process::Command::new("script")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: util-linux `script` is not installed");
+    if !have(Need::Script) {
         return None;
     }
     let pipeline = format!("({feed}) | script -qec \"$0\" /dev/null");

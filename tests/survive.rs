@@ -70,8 +70,7 @@ fn parent_sigkilled_with_die_with_parent_ends_the_tree_despite_a_long_grace() {
 
 #[test]
 fn sigkill_to_reapers_process_group_still_kills_the_tree() {
-    if !cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !have(Need::Cgroup) {
         return;
     }
     let t = Tree::new();
@@ -117,8 +116,7 @@ fn sigkill_to_reapers_process_group_still_kills_the_tree() {
 
 #[test]
 fn the_guardian_exits_with_a_normal_run_and_is_in_the_report() {
-    if !cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !have(Need::Cgroup) {
         return;
     }
     let t = Tree::new();
@@ -244,8 +242,7 @@ fn a_closed_stderr_does_not_abort_the_teardown() {
 /// nothing it was not told about.
 #[test]
 fn the_guardian_takes_over_what_reaper_left_watched() {
-    if !cgroup_usable() {
-        eprintln!("skipped: needs the cgroup backend");
+    if !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().unwrap();
@@ -296,8 +293,7 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
 /// joins: the guardian still finds and removes the cgroup with whatever joined it.
 #[test]
 fn sigkill_right_after_start_leaves_no_cgroup() {
-    if !cgroup_usable() {
-        eprintln!("skipped: needs the cgroup backend");
+    if !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().unwrap();

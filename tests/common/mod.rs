@@ -34,15 +34,95 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
-/// Whether the cgroup backend can work here (tests of it are skipped with a reason otherwise).
+/// Whether the cgroup backend can work here (asks `reaper doctor` once per test binary).
 pub fn cgroup_usable() -> bool {
-    let out = reaper().args(["doctor", "--json"]).output();
-    match out {
-        Ok(o) => serde_json::from_slice::<serde_json::Value>(&o.stdout)
-            .map(|v| v["cgroup_writable"] == true && v["cgroup_kill"] == true)
-            .unwrap_or(false),
-        Err(_) => false,
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        let out = reaper().args(["doctor", "--json"]).output();
+        match out {
+            Ok(o) => serde_json::from_slice::<serde_json::Value>(&o.stdout)
+                .map(|v| v["cgroup_writable"] == true && v["cgroup_kill"] == true)
+                .unwrap_or(false),
+            Err(_) => false,
+        }
+    })
+}
+
+/// What a test may need that a machine may lack.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// The cgroup backend (a writable cgroup2 directory with `cgroup.kill`).
+    Cgroup,
+    /// `unshare --pid --fork --mount-proc` (root).
+    PidNamespace,
+    /// util-linux `script`, for a pseudo-terminal.
+    Script,
+}
+
+impl Need {
+    /// The name `REAPER_REQUIRE` uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Need::Cgroup => "cgroup",
+            Need::PidNamespace => "pidns",
+            Need::Script => "script",
+        }
     }
+
+    /// `Err(why)` when this machine lacks it.
+    fn check(self) -> Result<(), &'static str> {
+        let ok = match self {
+            Need::Cgroup => cgroup_usable(),
+            Need::PidNamespace => Command::new("unshare")
+                .args(["--pid", "--fork", "--mount-proc", "true"])
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+            Need::Script => Command::new("script")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .is_ok(),
+        };
+        ok.then_some(()).ok_or(match self {
+            Need::Cgroup => "the cgroup backend is not usable here (see `reaper doctor`)",
+            Need::PidNamespace => "cannot make a PID namespace here (`unshare --pid` needs root)",
+            Need::Script => "util-linux `script` is not installed",
+        })
+    }
+}
+
+/// Whether the running test can have `need`. When it cannot, says `skipped: TEST: WHY` (and
+/// appends that line to `$REAPER_TEST_SKIPS`, so ci/test.sh lists every skip by name) and the
+/// test returns early — unless the machine is declared to have it: ci/test.sh puts what it found
+/// into `REAPER_REQUIRE` (e.g. `cgroup pidns script`), and there a skip would be a vacuous pass,
+/// so the test fails instead.
+pub fn have(need: Need) -> bool {
+    let Err(why) = need.check() else {
+        return true;
+    };
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("(unnamed test)");
+    let required = std::env::var("REAPER_REQUIRE")
+        .is_ok_and(|r| r.split_whitespace().any(|n| n == need.name()));
+    assert!(
+        !required,
+        "{test} needs {} ({why}), which REAPER_REQUIRE says this machine has",
+        need.name()
+    );
+    let line = format!("skipped: {test}: {why}");
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("REAPER_TEST_SKIPS") {
+        use std::io::Write as _;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+        {
+            let _ = writeln!(f, "{line}");
+        }
+    }
+    false
 }
 
 /// A hostile tree's bookkeeping: a temp dir with the oracle lock, the pid file, the ready flag.
