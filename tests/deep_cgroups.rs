@@ -102,8 +102,7 @@ fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 }
 
 fn setup() -> Option<PathBuf> {
-    if !cgroup_usable() {
-        eprintln!("skipped: the cgroup backend is not usable here");
+    if !have(Need::Cgroup) {
         return None;
     }
     cgroup2_mount()
