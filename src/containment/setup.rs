@@ -111,11 +111,23 @@ pub fn ensure_leaf(env: &CgroupEnv, placement: &Placement) -> Result<Option<Cgro
     }
     let (pid, start) =
         procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let leaf = Cgroup::create(&placement.dir, &format!("{PREFIX}{pid}-{start}-supervisor"))
-        .map_err(|e| e.to_string())?;
+    let leaf =
+        Cgroup::create(&placement.dir, &supervisor_name(pid, start)).map_err(|e| e.to_string())?;
+    // The owner lock, held for reaper's whole life, tells a stale sweep in another PID namespace
+    // (where reaper's pid means nothing) that this leaf's owner is alive; otherwise that sweep
+    // would cgroup.kill the leaf, and reaper in it. reaper cannot remove the cgroup it lives in:
+    // its guardian does once reaper has exited, or else the next reaper's stale sweep.
+    static LEAF_LOCK: std::sync::OnceLock<std::os::fd::OwnedFd> = std::sync::OnceLock::new();
+    let lock = leaf.lock_owner().map_err(|e| e.to_string())?;
+    let _ = LEAF_LOCK.set(lock);
     let me = rustix::process::getpid();
     leaf.add_process(me).map_err(|e| e.to_string())?;
     Ok(Some(leaf))
+}
+
+/// The name of the leaf reaper `(pid, start)` moves itself into (see [`ensure_leaf`]).
+pub fn supervisor_name(pid: i32, start: u64) -> String {
+    format!("{PREFIX}{pid}-{start}-supervisor")
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
