@@ -59,7 +59,14 @@ struct Channel {
     unsent: Vec<u8>,
     /// The guardian's fault (stopped, gone, not reading) has been reported.
     reported: bool,
+    /// [`MAX_DIRS`] was reached (and reported).
+    full: bool,
 }
+
+/// How many directories reaper tells its guardian about, at most: a reaper uses one or two
+/// (`--cgroup-parent` or its own cgroup, and its supervisor leaf), so this bounds only a reaper
+/// that something keeps moving between cgroups.
+const MAX_DIRS: usize = 64;
 
 impl Guardian {
     /// Starts the guardian for this reaper process.
@@ -94,9 +101,9 @@ impl Guardian {
             })?;
         }
         let gpid = child.id() as i32;
-        // Not reaped yet (reaping happens on the runtime, which is not polling here), so the
-        // pid still names the guardian. The child is reaped by `reap::reap_orphans` like any
-        // other non-leader child.
+        // Not reaped yet: reaping (`reap::reap_orphans`, which reaps the guardian like any other
+        // non-leader child) runs on this thread's runtime, never between the spawn and here,
+        // so the pid still names the guardian.
         let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
         Ok(Guardian {
             pid: gpid,
@@ -106,6 +113,7 @@ impl Guardian {
                 told: Vec::new(),
                 unsent: Vec::new(),
                 reported: false,
+                full: false,
             }),
         })
     }
@@ -119,7 +127,19 @@ impl Guardian {
     /// one look at the guardian's state, no write.
     pub fn watch_dir(&self, dir: &Path) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
-        if !ch.told.iter().any(|d| d == dir) {
+        if ch.told.len() >= MAX_DIRS {
+            // Only a reaper moved from cgroup to cgroup again and again gets here; what it
+            // creates from now on is left to the next reaper's stale sweep.
+            if !ch.told.iter().any(|d| d == dir) && !ch.full {
+                ch.full = true;
+                tracing::warn!(
+                    "reaper has used {MAX_DIRS} cgroup directories; its guardian is not told of \
+                     more ({}): if reaper is SIGKILLed, the next reaper's stale sweep removes \
+                     what it leaves there",
+                    dir.display()
+                );
+            }
+        } else if !ch.told.iter().any(|d| d == dir) {
             ch.told.push(dir.to_owned());
             ch.unsent.push(b'+');
             ch.unsent
@@ -320,4 +340,74 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
         }
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
+    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
+    /// the guardian reads again everything arrives, in order.
+    #[test]
+    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+        use rustix::fs::OFlags;
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        rustix::fs::fcntl_setfl(&w, OFlags::NONBLOCK).unwrap();
+        rustix::fs::fcntl_setfl(&r, OFlags::NONBLOCK).unwrap();
+        let filler = [b'x'; 4096];
+        let mut filled = 0;
+        for chunk in [&filler[..], &filler[..1]] {
+            while let Ok(n) = rustix::io::write(&w, chunk) {
+                filled += n;
+            }
+        }
+        let g = Guardian {
+            pid: 1,
+            handle: None,
+            channel: Mutex::new(Channel {
+                pipe: Some(ChildStdin::from(w)),
+                told: Vec::new(),
+                unsent: Vec::new(),
+                reported: false,
+                full: false,
+            }),
+        };
+        let dir = |i: usize| PathBuf::from(format!("/sys/fs/cgroup/test-{i}"));
+        for round in 0..3 {
+            for i in 0..1000 {
+                g.watch_dir(&dir(i + round));
+            }
+        }
+        {
+            let ch = g.channel.lock().unwrap();
+            assert_eq!(ch.told.len(), MAX_DIRS);
+            assert!(ch.reported && ch.full);
+            let queued: usize = (0..MAX_DIRS).map(|i| dir(i).as_os_str().len() + 2).sum();
+            assert!(!ch.unsent.is_empty() && ch.unsent.len() <= queued);
+        }
+        // The guardian reads again: the next look sends what was queued.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = rustix::io::read(&r, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), filled);
+        g.watch_dir(&dir(0));
+        assert!(g.channel.lock().unwrap().unsent.is_empty());
+        let mut got = Vec::new();
+        while let Ok(n) = rustix::io::read(&r, &mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        let want: Vec<u8> = (0..MAX_DIRS)
+            .flat_map(|i| format!("+{}\0", dir(i).display()).into_bytes())
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
 }
