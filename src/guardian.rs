@@ -171,15 +171,28 @@ impl Guardian {
                 }
                 Err(rustix::io::Errno::INTR) => {}
                 Err(rustix::io::Errno::AGAIN) => return,
-                Err(e) => {
+                Err(rustix::io::Errno::PIPE) => {
                     tracing::warn!(
-                        "the guardian (pid {}) is gone ({e}); if reaper is SIGKILLed now, \
-                         its runs' cgroups are left to the next reaper's stale sweep",
+                        "the guardian (pid {}) is gone; if reaper is SIGKILLed now, its runs' \
+                         cgroups are left to the next reaper's stale sweep",
                         self.pid
                     );
                     ch.reported = true;
                     ch.pipe = None;
                     ch.unsent.clear();
+                }
+                // Never close the pipe while the guardian may live: it would read that EOF as
+                // "reaper is done" and take over runs that are still going. Retry next time.
+                Err(e) => {
+                    if !ch.reported {
+                        ch.reported = true;
+                        tracing::warn!(
+                            "cannot write to the guardian's pipe (pid {}): {e}; if reaper is \
+                             SIGKILLed, the next reaper's stale sweep removes its runs' cgroups",
+                            self.pid
+                        );
+                    }
+                    return;
                 }
             }
         }
@@ -288,7 +301,7 @@ fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
             buf.extend_from_slice(&chunk[..n]);
             while let Some(end) = buf.iter().position(|&b| b == 0) {
                 let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
-                // Anything else (`done` from an older reaper, unknown records): EOF follows.
+                // Nothing else is sent; an unknown record is ignored.
                 if let Some((b'+', p)) = rec.split_first() {
                     let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
                     if dir.is_absolute() && !dirs.contains(&dir) {
