@@ -3,20 +3,27 @@
 //! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
 //! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
 //! its cgroup. The guardian is reaper's own binary, started in a session (and so a process
-//! group) of its own, holding a pidfd on reaper. reaper tells it over a pipe which run cgroups
-//! exist; when reaper dies without having said `done`, the guardian kills those cgroups
-//! (`cgroup.kill`), waits for them to empty, removes them, and exits. It never touches a cgroup
-//! it was not told about, and it exits as soon as reaper finishes normally.
+//! group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
+//! however), the guardian does for reaper what the next reaper's stale sweep would, but at once:
+//! under each directory reaper named, it kills (`cgroup.kill`), empties and removes every cgroup
+//! whose name carries *this* reaper's pid and start time (`reaper-PID-START-SEQ`, see
+//! `containment::setup`), and, once reaper has exited, reaper's supervisor leaf
+//! (`reaper-PID-START-supervisor`), which reaper cannot remove while it lives in it. Nothing
+//! else: not `reaper-kept-…` (`check --keep`), not another reaper's, not a foreign cgroup.
 //!
 //! Does not cover the subreaper backend: without a cgroup there is nothing the guardian could
 //! name the tree by once reaper (the subreaper) is gone, so the orphans reparent upwards.
 //!
-//! Protocol on the guardian's stdin: NUL-terminated records `+PATH` (watch), `-PATH` (forget),
-//! `done` (reaper finished its teardown).
+//! Protocol on the guardian's stdin: NUL-terminated records `+DIR`, one per directory reaper
+//! creates cgroups in, sent before the first cgroup is created there. A reaper has one or two
+//! such directories (its `--cgroup-parent` or its own cgroup, and its supervisor leaf), so the
+//! pipe carries a few hundred bytes in reaper's whole life: it can never fill, and reaper's
+//! writes, non-blocking, never wait for the guardian. A guardian that does not read (stopped by
+//! a same-uid process with SIGSTOP) therefore never stops reaper; reaper reports it once.
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -37,8 +44,29 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 #[derive(Debug)]
 pub struct Guardian {
     pid: i32,
-    pipe: Mutex<Option<ChildStdin>>,
+    /// A pidfd on the guardian (reaper's child), to see it stopped or gone.
+    handle: Option<Pidfd>,
+    channel: Mutex<Channel>,
 }
+
+#[derive(Debug)]
+struct Channel {
+    /// reaper's end of the pipe, O_NONBLOCK; `None` once closed.
+    pipe: Option<ChildStdin>,
+    /// Directories already queued for the guardian (a handful: see the module docs).
+    told: Vec<PathBuf>,
+    /// Bytes the pipe did not take yet (EAGAIN); sent before anything new.
+    unsent: Vec<u8>,
+    /// The guardian's fault (stopped, gone, not reading) has been reported.
+    reported: bool,
+    /// [`MAX_DIRS`] was reached (and reported).
+    full: bool,
+}
+
+/// How many directories reaper tells its guardian about, at most: a reaper uses one or two
+/// (`--cgroup-parent` or its own cgroup, and its supervisor leaf), so this bounds only a reaper
+/// that something keeps moving between cgroups.
+const MAX_DIRS: usize = 64;
 
 impl Guardian {
     /// Starts the guardian for this reaper process.
@@ -62,10 +90,31 @@ impl Guardian {
             .spawn()
             .map_err(|e| format!("cannot start the guardian: {e}"))?;
         let pipe = child.stdin.take();
-        // The child is reaped by `reap::reap_orphans` like any other non-leader child.
+        if let Some(p) = &pipe {
+            // The write end is reaper's alone (close-on-exec, the guardian holds the read end),
+            // so O_NONBLOCK changes nobody else's I/O.
+            let flags = rustix::fs::fcntl_getfl(p).map_err(|e| {
+                format!("cannot read the flags of the guardian's pipe (fcntl F_GETFL): {e}")
+            })?;
+            rustix::fs::fcntl_setfl(p, flags | rustix::fs::OFlags::NONBLOCK).map_err(|e| {
+                format!("cannot make the guardian's pipe non-blocking (fcntl F_SETFL): {e}")
+            })?;
+        }
+        let gpid = child.id() as i32;
+        // Not reaped yet: reaping (`reap::reap_orphans`, which reaps the guardian like any other
+        // non-leader child) runs on this thread's runtime, never between the spawn and here,
+        // so the pid still names the guardian.
+        let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
         Ok(Guardian {
-            pid: child.id() as i32,
-            pipe: Mutex::new(pipe),
+            pid: gpid,
+            handle,
+            channel: Mutex::new(Channel {
+                pipe,
+                told: Vec::new(),
+                unsent: Vec::new(),
+                reported: false,
+                full: false,
+            }),
         })
     }
 
@@ -73,54 +122,150 @@ impl Guardian {
         self.pid
     }
 
-    fn send(&self, record: &[u8]) {
-        let mut pipe = self.pipe.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(p) = pipe.as_mut() {
-            let mut msg = record.to_vec();
-            msg.push(0);
-            if let Err(e) = p.write_all(&msg) {
+    /// reaper is about to create cgroups under `dir`: if reaper dies, the guardian kills and
+    /// removes the ones that carry its name there. Cheap after the first call for a directory:
+    /// one look at the guardian's state, no write.
+    pub fn watch_dir(&self, dir: &Path) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if ch.told.len() >= MAX_DIRS {
+            // Only a reaper moved from cgroup to cgroup again and again gets here; what it
+            // creates from now on is left to the next reaper's stale sweep.
+            if !ch.told.iter().any(|d| d == dir) && !ch.full {
+                ch.full = true;
                 tracing::warn!(
-                    "the guardian (pid {}) is gone: {e}; reaper's own SIGKILL is no longer covered",
-                    self.pid
+                    "reaper has used {MAX_DIRS} cgroup directories; its guardian is not told of \
+                     more ({}): if reaper is SIGKILLed, the next reaper's stale sweep removes \
+                     what it leaves there",
+                    dir.display()
                 );
-                *pipe = None;
+            }
+        } else if !ch.told.iter().any(|d| d == dir) {
+            ch.told.push(dir.to_owned());
+            ch.unsent.push(b'+');
+            ch.unsent
+                .extend_from_slice(dir.as_os_str().as_encoded_bytes());
+            ch.unsent.push(0);
+        }
+        self.flush(&mut ch);
+        self.check(&mut ch);
+    }
+
+    /// reaper's teardown is complete: closing the pipe lets the guardian exit (after removing
+    /// whatever reaper could not, and its supervisor leaf once reaper has exited).
+    pub fn done(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        self.flush(&mut ch);
+        self.check(&mut ch);
+        ch.pipe = None;
+    }
+
+    /// Writes what is queued without ever blocking; what the pipe does not take stays queued.
+    fn flush(&self, ch: &mut Channel) {
+        while !ch.unsent.is_empty() {
+            let Some(pipe) = ch.pipe.as_ref() else {
+                return;
+            };
+            match rustix::io::write(pipe, &ch.unsent) {
+                Ok(n) => {
+                    ch.unsent.drain(..n);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::PIPE) => {
+                    tracing::warn!(
+                        "the guardian (pid {}) is gone; if reaper is SIGKILLed now, its runs' \
+                         cgroups are left to the next reaper's stale sweep",
+                        self.pid
+                    );
+                    ch.reported = true;
+                    ch.pipe = None;
+                    ch.unsent.clear();
+                }
+                // Never close the pipe while the guardian may live: it would read that EOF as
+                // "reaper is done" and take over runs that are still going. Retry next time.
+                Err(e) => {
+                    if !ch.reported {
+                        ch.reported = true;
+                        tracing::warn!(
+                            "cannot write to the guardian's pipe (pid {}): {e}; if reaper is \
+                             SIGKILLed, the next reaper's stale sweep removes its runs' cgroups",
+                            self.pid
+                        );
+                    }
+                    return;
+                }
             }
         }
     }
 
-    /// The guardian kills and removes `cgroup` if reaper dies before [`Guardian::forget`].
-    pub fn watch(&self, cgroup: &std::path::Path) {
-        let mut rec = b"+".to_vec();
-        rec.extend_from_slice(cgroup.as_os_str().as_encoded_bytes());
-        self.send(&rec);
-    }
-
-    /// `cgroup` has been removed by reaper itself.
-    pub fn forget(&self, cgroup: &std::path::Path) {
-        let mut rec = b"-".to_vec();
-        rec.extend_from_slice(cgroup.as_os_str().as_encoded_bytes());
-        self.send(&rec);
-    }
-
-    /// reaper's teardown is complete: the guardian exits.
-    pub fn done(&self) {
-        self.send(b"done");
-        self.pipe.lock().unwrap_or_else(|p| p.into_inner()).take();
+    /// Reports, once, a guardian that cannot do its job: stopped (a process with reaper's uid
+    /// can SIGSTOP it), exited, or not reading. reaper serves on either way.
+    fn check(&self, ch: &mut Channel) {
+        if ch.reported || ch.pipe.is_none() {
+            return;
+        }
+        let what = match &self.handle {
+            Some(h) if h.is_stopped() => "is stopped (SIGSTOP)",
+            Some(h) if h.has_exited() => "has exited",
+            _ if !ch.unsent.is_empty() => "does not read its pipe",
+            _ => return,
+        };
+        ch.reported = true;
+        tracing::warn!(
+            "the guardian (pid {}) {what}: reaper serves on, but if reaper is SIGKILLed while it \
+             stays so, its runs' cgroups are removed only when the guardian runs again, or by \
+             the next reaper's stale sweep",
+            self.pid
+        );
     }
 }
 
 /// The guardian process itself (`reaper guardian PID STARTTIME`, started by [`Guardian::spawn`]).
 ///
 /// It reads records until its stdin reaches EOF: reaper's end of the pipe closes when reaper
-/// exits, however it exits (the pipe is close-on-exec, so no descendant keeps it). Whatever is
-/// still watched then was not removed by reaper — it died, or it finished without being able to
-/// clean up (survivors, a panicking call) — and is taken over. The pidfd on reaper bounds the
-/// wait for that EOF once reaper is known to be dead.
+/// exits, however it exits (the pipe is close-on-exec, so no descendant keeps it), or when it
+/// says it is done. Whatever run cgroup of reaper's is still there then was not removed by
+/// reaper — it died, or it finished without being able to clean up (survivors, a dropped run) —
+/// and is taken over. The pidfd on reaper bounds the wait for that EOF once reaper is known to
+/// be dead, and tells when reaper's supervisor leaf is empty.
 pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
-    use rustix::event::{poll, PollFd, PollFlags};
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
-    let mut watched: Vec<PathBuf> = Vec::new();
+    let dirs = read_dirs(reaper.as_ref());
+    let owner = (reaper_pid, reaper_start);
+    let runs = owned(&dirs, |name| {
+        setup::owner_of(name) == Some(owner) && name != setup::supervisor_name(owner.0, owner.1)
+    });
+    let leaves = owned(&dirs, |name| {
+        name == setup::supervisor_name(owner.0, owner.1)
+    });
+    if runs.is_empty() && leaves.is_empty() {
+        return 0;
+    }
+    let Ok(rt) = crate::cli::runtime() else {
+        return 1;
+    };
+    rt.block_on(async {
+        let mut failed = false;
+        if !runs.is_empty() {
+            failed |= take_over(&runs, true).await;
+        }
+        if !leaves.is_empty() {
+            // reaper lives in its supervisor leaf until it exits: only then is the leaf empty.
+            if let Some(r) = &reaper {
+                let _ = r.exited().await;
+            }
+            failed |= take_over(&leaves, false).await;
+        }
+        u8::from(failed)
+    })
+}
+
+/// The directories reaper named, read from stdin until EOF, or until reaper has been dead for
+/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec).
+fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut dirs: Vec<PathBuf> = Vec::new();
     let stdin = std::io::stdin();
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -133,7 +278,7 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
         });
         let ready = {
             let mut fds = vec![PollFd::new(&stdin, PollFlags::IN)];
-            if let (Some(r), None) = (&reaper, reaper_dead_since) {
+            if let (Some(r), None) = (reaper, reaper_dead_since) {
                 fds.push(PollFd::new(r, PollFlags::IN));
             }
             match poll(&mut fds, timeout.as_ref()) {
@@ -156,53 +301,126 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             buf.extend_from_slice(&chunk[..n]);
             while let Some(end) = buf.iter().position(|&b| b == 0) {
                 let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
-                match rec.split_first() {
-                    Some((b'+', p)) => {
-                        watched.push(PathBuf::from(String::from_utf8_lossy(p).into_owned()))
+                // Nothing else is sent; an unknown record is ignored.
+                if let Some((b'+', p)) = rec.split_first() {
+                    let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
+                    if dir.is_absolute() && !dirs.contains(&dir) {
+                        dirs.push(dir);
                     }
-                    Some((b'-', p)) => {
-                        let p = PathBuf::from(String::from_utf8_lossy(p).into_owned());
-                        watched.retain(|w| *w != p);
-                    }
-                    _ => {} // `done`, or anything unknown: EOF follows
                 }
             }
         } else if reaper_dead_since.is_some_and(|t| t.elapsed() >= EOF_AFTER_DEATH) {
-            // reaper is dead but something still holds the pipe (a child between fork and
-            // exec): do not wait for it.
             break;
         }
     }
-    if watched.is_empty() {
-        return 0;
-    }
-    take_over(&watched)
+    dirs
 }
 
-/// reaper died mid-run: kill and remove every cgroup it told us about.
-fn take_over(cgroups: &[PathBuf]) -> u8 {
+/// The cgroups directly under `dirs` whose name `mine` accepts.
+fn owned(dirs: &[PathBuf], mine: impl Fn(&str) -> bool) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = Vec::new();
+    for dir in dirs {
+        for name in Cgroup::at(dir).children().unwrap_or_default() {
+            let path = dir.join(&name);
+            if mine(&name) && !found.contains(&path) {
+                found.push(path);
+            }
+        }
+    }
+    found
+}
+
+/// Kills and removes `cgroups`; says so for run cgroups (`loud`), which reaper should have
+/// removed itself. Returns whether one could not be removed.
+async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
     // Kill every tree first, then wait and remove: one slow cgroup must not delay the others.
     for path in cgroups {
         let _ = reaper_platform::linux::signal::to_cgroup_kill(&Cgroup::at(path));
     }
-    let Ok(rt) = crate::cli::runtime() else {
-        return 1;
-    };
-    rt.block_on(async {
-        let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
-        let mut failed = false;
-        for path in cgroups {
-            match setup::remove_tree(&Cgroup::at(path), deadline).await {
-                Ok(()) => say!(
-                    "reaper guardian: reaper is gone; killed and removed {}",
-                    path.display()
-                ),
-                Err(e) => {
-                    say!("reaper guardian: {e}");
-                    failed = true;
-                }
+    let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
+    let mut failed = false;
+    for path in cgroups {
+        match setup::remove_tree(&Cgroup::at(path), deadline).await {
+            Ok(()) if loud => say!(
+                "reaper guardian: reaper is gone or could not clean up; killed and removed {}",
+                path.display()
+            ),
+            Ok(()) => {}
+            Err(e) => {
+                say!("reaper guardian: {e}");
+                failed = true;
             }
         }
-        u8::from(failed)
-    })
+    }
+    failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
+    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
+    /// the guardian reads again everything arrives, in order.
+    #[test]
+    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+        use rustix::fs::OFlags;
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        rustix::fs::fcntl_setfl(&w, OFlags::NONBLOCK).unwrap();
+        rustix::fs::fcntl_setfl(&r, OFlags::NONBLOCK).unwrap();
+        let filler = [b'x'; 4096];
+        let mut filled = 0;
+        for chunk in [&filler[..], &filler[..1]] {
+            while let Ok(n) = rustix::io::write(&w, chunk) {
+                filled += n;
+            }
+        }
+        let g = Guardian {
+            pid: 1,
+            handle: None,
+            channel: Mutex::new(Channel {
+                pipe: Some(ChildStdin::from(w)),
+                told: Vec::new(),
+                unsent: Vec::new(),
+                reported: false,
+                full: false,
+            }),
+        };
+        let dir = |i: usize| PathBuf::from(format!("/sys/fs/cgroup/test-{i}"));
+        for round in 0..3 {
+            for i in 0..1000 {
+                g.watch_dir(&dir(i + round));
+            }
+        }
+        {
+            let ch = g.channel.lock().unwrap();
+            assert_eq!(ch.told.len(), MAX_DIRS);
+            assert!(ch.reported && ch.full);
+            let queued: usize = (0..MAX_DIRS).map(|i| dir(i).as_os_str().len() + 2).sum();
+            assert!(!ch.unsent.is_empty() && ch.unsent.len() <= queued);
+        }
+        // The guardian reads again: the next look sends what was queued.
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = rustix::io::read(&r, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(got.len(), filled);
+        g.watch_dir(&dir(0));
+        assert!(g.channel.lock().unwrap().unsent.is_empty());
+        let mut got = Vec::new();
+        while let Ok(n) = rustix::io::read(&r, &mut buf) {
+            got.extend_from_slice(&buf[..n]);
+        }
+        let want: Vec<u8> = (0..MAX_DIRS)
+            .flat_map(|i| format!("+{}\0", dir(i).display()).into_bytes())
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
 }

@@ -237,19 +237,33 @@ fn a_closed_stderr_does_not_abort_the_teardown() {
     t.assert_all_dead("closed stderr");
 }
 
-/// The guardian takes over whatever is still watched when reaper's pipe closes — also after a
-/// `done`, when reaper could not clean up itself (a panicking call, survivors) — and touches
-/// nothing it was not told about.
+/// The guardian takes over whatever run cgroup of its reaper is left when reaper's pipe closes —
+/// also after a `done`, when reaper could not clean up itself (a panicking call, survivors) —
+/// under the directories reaper named, and touches nothing else there: not another reaper's
+/// (same pid, other start time), not a kept one, not a foreign one.
 #[test]
 fn the_guardian_takes_over_what_reaper_left_watched() {
     if !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().unwrap();
-    let cg = mount.join(format!("reaper-test-guarded-{}", std::process::id()));
-    let other = mount.join(format!("reaper-test-unwatched-{}", std::process::id()));
-    std::fs::create_dir(&cg).unwrap();
-    std::fs::create_dir(&other).unwrap();
+    let parent = mount.join(format!("reaper-test-guarded-{}", std::process::id()));
+    std::fs::create_dir(&parent).unwrap();
+    // This test process plays reaper: alive, so only the pipe tells the guardian anything.
+    let me = std::process::id();
+    let start = stat(me as i32).unwrap().1;
+    let cg = parent.join(format!("reaper-{me}-{start}-0"));
+    let others: Vec<_> = [
+        format!("reaper-{me}-{}-0", start + 1),
+        format!("reaper-kept-{me}-{start}-1"),
+        "reaper-test-unwatched".into(),
+    ]
+    .iter()
+    .map(|n| parent.join(n))
+    .collect();
+    for d in std::iter::once(&cg).chain(&others) {
+        std::fs::create_dir(d).unwrap();
+    }
     let t = Tree::new();
     let join = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", cg.display());
     let st = Command::new("sh")
@@ -259,9 +273,6 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
         .unwrap();
     assert!(st.success());
     assert!(wait_until(Duration::from_secs(5), || t.recorded().len() == 3));
-    // This test process plays reaper: alive, so only the pipe tells the guardian anything.
-    let me = std::process::id();
-    let start = stat(me as i32).unwrap().1;
     let mut guardian = reaper()
         .args(["guardian", &me.to_string(), &start.to_string()])
         .stdin(Stdio::piped())
@@ -269,24 +280,23 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
         .spawn()
         .unwrap();
     let mut pipe = guardian.stdin.take().unwrap();
-    let mut msg = Vec::new();
-    for rec in [
-        format!("+{}", cg.display()),
-        format!("+{}", other.display()),
-        format!("-{}", other.display()),
-        "done".into(),
-    ] {
-        msg.extend_from_slice(rec.as_bytes());
-        msg.push(0);
-    }
+    let mut msg = format!("+{}", parent.display()).into_bytes();
+    msg.push(0);
     pipe.write_all(&msg).unwrap();
     drop(pipe);
     let st = wait_with_deadline(&mut guardian, Duration::from_secs(10));
     assert_eq!(st.code(), Some(0));
     t.assert_all_dead("guardian takeover");
-    assert!(!cg.exists(), "the watched cgroup is removed");
-    assert!(other.exists(), "a forgotten cgroup is not touched");
-    std::fs::remove_dir(&other).unwrap();
+    assert!(!cg.exists(), "the run cgroup left behind is removed");
+    for d in &others {
+        assert!(
+            d.exists(),
+            "{} is not this reaper's: left alone",
+            d.display()
+        );
+        std::fs::remove_dir(d).unwrap();
+    }
+    std::fs::remove_dir(&parent).unwrap();
 }
 
 /// SIGKILL of reaper moments after it created the run's cgroup, before or while the leader

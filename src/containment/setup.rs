@@ -159,16 +159,22 @@ pub fn ensure_leaf(env: &CgroupEnv, placement: &Placement) -> Result<Option<Cgro
     }
     let (pid, start) =
         procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let name = format!("{PREFIX}{pid}-{start}-supervisor");
+    let name = supervisor_name(pid, start);
     let (leaf, lock) = create_owned(&placement.dir, || name.clone(), Cgroup::create)?;
     // Locked before reaper moves in, and for as long as reaper lives: a sweep that cannot see
     // this process (another PID namespace) would otherwise take the leaf for a stale one and
-    // kill reaper with it.
+    // kill reaper with it. reaper cannot remove the cgroup it lives in:
+    // its guardian does once reaper has exited, or else the next reaper's stale sweep.
     static SUPERVISOR_LOCK: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
     let _ = SUPERVISOR_LOCK.set(lock);
     let me = rustix::process::getpid();
     leaf.add_process(me).map_err(|e| e.to_string())?;
     Ok(Some(leaf))
+}
+
+/// The name of the leaf reaper `(pid, start)` moves itself into (see [`ensure_leaf`]).
+pub fn supervisor_name(pid: i32, start: u64) -> String {
+    format!("{PREFIX}{pid}-{start}-supervisor")
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);

@@ -78,6 +78,11 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
     let cgroup = || async {
         let env = setup::discover()?;
         let placement = env.placement(opts.cgroup_parent.as_deref())?;
+        // Before any cgroup is created there (the supervisor leaf included), so a reaper killed
+        // right after the mkdir still has its guardian looking in the right place.
+        if let Some(g) = &opts.guardian {
+            g.watch_dir(&placement.dir);
+        }
         setup::ensure_leaf(&env, &placement)?;
         sweep_once(&placement.dir).await;
         setup::create_run_cgroup(&placement)
@@ -323,16 +328,6 @@ impl Run {
         let argv = cmd.argv_lossy();
         let (mut backend, warning) = contain(opts).await.map_err(StartError::Reaper)?;
         let guardian = opts.guardian.clone();
-        if let (Some(g), Some(path)) = (&guardian, backend.cgroup_path()) {
-            g.watch(path);
-        }
-        let release = |backend: &mut Backend| {
-            let path = backend.cgroup_path().map(ToOwned::to_owned);
-            let _ = backend.release();
-            if let (Some(g), Some(p)) = (&guardian, path) {
-                g.forget(&p);
-            }
-        };
         // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
         // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
         #[cfg(target_os = "linux")]
@@ -355,7 +350,7 @@ impl Run {
                 if let Some(t) = &terminal {
                     t.take_back_after_failed_spawn();
                 }
-                release(&mut backend);
+                let _ = backend.release();
                 return Err(classify_spawn_error(&e, &argv[0]));
             }
         };
@@ -376,7 +371,7 @@ impl Run {
                 }
                 backend.kill_all();
                 let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
-                release(&mut backend);
+                let _ = backend.release();
                 reap::reap_orphans();
                 reap::unregister_leader(pid);
                 return Err(StartError::Reaper(format!(
@@ -611,15 +606,12 @@ impl Run {
     /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
     pub fn keep(mut self) -> Result<Option<PathBuf>, String> {
         self.ended = true;
-        let old = self.backend.cgroup_path().map(ToOwned::to_owned);
+        // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
         let kept = match &mut self.backend {
             #[cfg(target_os = "linux")]
             Backend::Cgroup(b) => Some(b.keep()?),
             _ => None,
         };
-        if let (Some(g), Some(p)) = (&self.guardian, old) {
-            g.forget(&p);
-        }
         reap::unregister_leader(self.leader.handle.pid());
         Ok(kept)
     }
@@ -635,14 +627,8 @@ impl Run {
         let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
         let mut error = None;
         if survivors.is_empty() {
-            let path = self.backend.cgroup_path().map(ToOwned::to_owned);
-            match self.backend.release() {
-                Err(e) => error = Some(e),
-                Ok(()) => {
-                    if let (Some(g), Some(p)) = (&self.guardian, path) {
-                        g.forget(&p);
-                    }
-                }
+            if let Err(e) = self.backend.release() {
+                error = Some(e);
             }
         } else {
             error = Some(format!(
@@ -695,7 +681,7 @@ enum FirstTo {
 
 /// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
 /// tree running: one synchronous SIGKILL sweep (cgroup.kill for the cgroup backend). The
-/// cgroup itself stays watched by the guardian, which removes it when reaper says `done`.
+/// cgroup itself is left to the guardian, which removes it when reaper says `done` or exits.
 impl Drop for Run {
     fn drop(&mut self) {
         if !self.ended {

@@ -57,6 +57,19 @@ impl Pidfd {
         matches!(poll(&mut fds, Some(&rustix::time::Timespec { tv_sec: 0, tv_nsec: 0 })), Ok(n) if n > 0)
     }
 
+    /// Whether this process, a child of the caller, is stopped by a signal right now.
+    /// `waitid(P_PIDFD, WSTOPPED | WNOHANG | WNOWAIT)`: WNOWAIT leaves the stop to be reported
+    /// again and never reaps, so asking takes nothing from another waiter. An error (ECHILD:
+    /// not our child, or already reaped) answers `false`.
+    pub fn is_stopped(&self) -> bool {
+        use rustix::process::{WaitId, WaitIdOptions};
+        let opts = WaitIdOptions::STOPPED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        matches!(
+            rustix::process::waitid(WaitId::PidFd(self.fd.as_fd()), opts),
+            Ok(Some(st)) if st.stopped()
+        )
+    }
+
     /// Whether any of the processes has exited: one non-blocking poll(2) on all their pidfds.
     /// An error (EINTR, ENOMEM) also answers `true`: it only means "look again".
     pub fn any_exited(fds: &[Pidfd]) -> bool {

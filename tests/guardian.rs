@@ -1,0 +1,594 @@
+//! The guardian: it must never stop reaper from serving (issue 10 item 6), it cleans up exactly
+//! its own reaper's cgroups when reaper is SIGKILLed, and it removes reaper's supervisor leaf
+//! once reaper has exited (issue 10 item 9, last part).
+
+mod common;
+mod mcp_support;
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_support::{Collector, Server, FAKE_CODEX, REAPER};
+use rmcp::model::{CallToolRequestParams, ClientRequest, ServerResult};
+use rmcp::ServiceExt;
+use serde_json::json;
+
+/// Slack on top of every bound the promise itself sets (a shared, noisy machine).
+const SLACK: Duration = Duration::from_secs(3);
+
+/// `reaper mcp ARGS` with fake-codex, its stderr going to `log`.
+async fn start_logged(args: &[&str], log: &Path) -> Server {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let pids = dir.path().join("pids");
+    let stderr = std::fs::File::create(log).expect("a log file");
+    let mut child = tokio::process::Command::new(REAPER)
+        .arg("mcp")
+        .args(args)
+        .env("CODEX_CMD", FAKE_CODEX)
+        .env("FAKE_CODEX_PIDS", &pids)
+        .env("RUST_LOG", "warn")
+        .env_remove("REAPER_TIMEOUT")
+        .env_remove("CODEX_CLI_MCP_SLIM_TIMEOUT")
+        .env_remove("REAPER_PROGRESS_INTERVAL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("reaper mcp starts");
+    let stdin = child.stdin.take().expect("piped stdin");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let collector = Collector::default();
+    let progress = collector.progress.clone();
+    let client = tokio::time::timeout(Duration::from_secs(10), collector.serve((stdout, stdin)))
+        .await
+        .expect("initialize within 10 s")
+        .expect("initialize succeeds");
+    Server {
+        child,
+        client,
+        progress,
+        pids,
+        dir,
+    }
+}
+
+/// The guardian of reaper `pid`: its child running `reaper guardian PID START`.
+fn guardian_of(pid: i32) -> Option<(i32, u64)> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    for t in tasks.flatten() {
+        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+        for c in children
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
+            let cmd = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
+            if args.len() >= 3 && args[1] == b"guardian" && args[2] == pid.to_string().as_bytes() {
+                return common::stat(c).map(|(_, st)| (c, st));
+            }
+        }
+    }
+    None
+}
+
+/// A process this test stopped with SIGSTOP; continued when dropped, whatever the test's fate,
+/// so a failing test never leaves a stopped guardian behind.
+struct Stopped(OwnedFd);
+
+impl Stopped {
+    fn stop(pid: i32, start: u64) -> Stopped {
+        let fd = common::pidfd_checked(pid, start).expect("the guardian is alive");
+        rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::STOP)
+            .expect("SIGSTOP the guardian");
+        Stopped(fd)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(self.0.as_fd(), rustix::process::Signal::CONT);
+    }
+}
+
+/// Waits (up to `within`) until the process behind `fd` has exited.
+fn exited_within(fd: &OwnedFd, within: Duration) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let deadline = Instant::now() + within;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let ts = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: left.subsec_nanos() as i64,
+        };
+        let mut fds = [PollFd::new(fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) => return false,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => panic!("poll on a pidfd: {e}"),
+        }
+    }
+}
+
+/// Issue 10 item 6: a contained process with reaper's uid SIGSTOPs the guardian. reaper used to
+/// write two records a call into the guardian's pipe with a blocking `write_all` on its only
+/// runtime thread: ~630 calls later the pipe was full and the server froze (no answer, no ping,
+/// no timeout enforced, stdin EOF ignored). Now every call is answered, a ping too, a timeout
+/// still fires on time, stdin EOF still ends the server, and the stopped guardian is reported
+/// once. Each wait is bounded, so on the old code this test fails instead of hanging.
+#[tokio::test]
+async fn a_stopped_guardian_never_stops_the_server() {
+    if !common::cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    const CALLS: usize = 1500;
+    const IN_FLIGHT: usize = 8;
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let log = tmp.path().join("stderr");
+    // 30 "seconds" of 20 ms: a 600 ms timeout.
+    let s = start_logged(
+        &[
+            "--test-timeout-unit",
+            "20ms",
+            "--grace",
+            "200ms",
+            "--max-concurrent",
+            "8",
+        ],
+        &log,
+    )
+    .await;
+    let server_pid = s.pid();
+    let server_cgroup = mcp_support::cgroup_of(server_pid).unwrap_or_default();
+    let (gpid, gstart) = guardian_of(server_pid).expect("reaper mcp runs a guardian");
+    let guardian = Stopped::stop(gpid, gstart);
+
+    let peer = Arc::new(s.client.peer().clone());
+    let t0 = Instant::now();
+    let mut done = 0;
+    while done < CALLS {
+        let mut set = tokio::task::JoinSet::new();
+        for _ in 0..IN_FLIGHT.min(CALLS - done) {
+            let peer = peer.clone();
+            set.spawn(async move {
+                let params = CallToolRequestParams::new("codex".to_owned()).with_arguments(
+                    mcp_support::args(json!({"prompt": "thread Q\nsay ok\ndone"})),
+                );
+                peer.call_tool(params).await
+            });
+        }
+        while let Some(r) = tokio::time::timeout(Duration::from_secs(30), set.join_next())
+            .await
+            .unwrap_or_else(|_| {
+                panic!("the server stopped answering after {done} calls (guardian stopped)")
+            })
+        {
+            let r = r.expect("the call task").expect("a result");
+            assert_ne!(r.is_error, Some(true), "{}", mcp_support::text(&r));
+            done += 1;
+        }
+    }
+    eprintln!("{CALLS} calls with a stopped guardian: {:?}", t0.elapsed());
+
+    let pong = tokio::time::timeout(
+        Duration::from_secs(5),
+        peer.send_request(ClientRequest::PingRequest(Default::default())),
+    )
+    .await
+    .expect("a ping answered within 5 s");
+    assert!(matches!(pong, Ok(ServerResult::EmptyResult(_))), "{pong:?}");
+
+    let t1 = Instant::now();
+    let r = tokio::time::timeout(
+        Duration::from_secs(30),
+        s.call(
+            "codex",
+            json!({"prompt": "thread T\nhang", "timeout_seconds": 30}),
+        ),
+    )
+    .await
+    .expect("the timed-out call answered");
+    let took = t1.elapsed();
+    assert_eq!(r.is_error, Some(true));
+    assert!(
+        mcp_support::text(&r).starts_with("[ERROR] timeout after 30s"),
+        "{}",
+        mcp_support::text(&r)
+    );
+    assert!(
+        took >= Duration::from_millis(600) && took < Duration::from_millis(600 + 200) + SLACK,
+        "timeout took {took:?}"
+    );
+
+    // Closing the client's transport closes the server's stdin.
+    let Server {
+        mut child,
+        client,
+        pids,
+        ..
+    } = s;
+    drop(peer);
+    let t2 = Instant::now();
+    let _ = client.cancel().await;
+    let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        .await
+        .expect("the server exits after stdin EOF")
+        .expect("wait");
+    let took = t2.elapsed();
+    eprintln!("stdin EOF to exit: {took:?}");
+    assert!(took < SLACK, "exit took {took:?}");
+    assert_eq!(status.code(), Some(0));
+
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let reports = text.matches("the guardian (pid").count();
+    assert_eq!(reports, 1, "the stopped guardian is reported once:\n{text}");
+    assert!(
+        text.contains(&format!("the guardian (pid {gpid}) is stopped")),
+        "{text}"
+    );
+
+    // Continued, the guardian finds reaper gone and nothing left of it, and exits.
+    drop(guardian);
+    let gfd = common::pidfd_checked(gpid, gstart);
+    if let Some(fd) = gfd {
+        assert!(
+            exited_within(&fd, SLACK),
+            "the guardian did not exit once continued"
+        );
+    }
+    let procs = mcp_support::recorded(&pids);
+    assert_eq!(
+        procs.iter().filter(|p| p.role == "codex").count(),
+        CALLS + 1
+    );
+    mcp_support::assert_nothing_left(&procs, &server_cgroup, SLACK).await;
+}
+
+/// A cgroup this test creates under the cgroup2 mount, removed (with whatever is left in it,
+/// children first) when dropped.
+struct TestCgroup(PathBuf);
+
+impl TestCgroup {
+    fn new(tag: &str) -> TestCgroup {
+        let mount = common::cgroup2_mount().expect("a cgroup2 mount");
+        let dir = mount.join(format!("reaper-test-{tag}-{}", std::process::id()));
+        std::fs::create_dir(&dir).expect("create the test cgroup");
+        TestCgroup(dir)
+    }
+
+    fn child(&self, name: &str) -> PathBuf {
+        let d = self.0.join(name);
+        std::fs::create_dir(&d).expect("create a cgroup in the test cgroup");
+        d
+    }
+
+    /// The names of the cgroups directly in it.
+    fn children(&self) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(&self.0)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        v.sort();
+        v
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        fn remove(d: &Path) {
+            if let Ok(rd) = std::fs::read_dir(d) {
+                for e in rd.flatten().filter(|e| e.path().is_dir()) {
+                    remove(&e.path());
+                }
+            }
+            let _ = std::fs::write(d.join("cgroup.kill"), "1");
+            for _ in 0..200 {
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        remove(&self.0);
+    }
+}
+
+/// A `sleep 600` of this test's, moved into `cgroup`; SIGKILLed and reaped when dropped.
+struct Sleeper {
+    child: std::process::Child,
+    start: u64,
+}
+
+impl Sleeper {
+    fn new(cgroup: Option<&Path>) -> Sleeper {
+        let child = std::process::Command::new("sleep")
+            .arg("600")
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("sleep starts");
+        let pid = child.id() as i32;
+        let start = common::stat(pid).expect("sleep's stat").1;
+        if let Some(cg) = cgroup {
+            std::fs::write(cg.join("cgroup.procs"), pid.to_string()).expect("move sleep");
+        }
+        Sleeper { child, start }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn alive(&self) -> bool {
+        common::alive(self.pid(), self.start)
+    }
+
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// Polls `cond` every 5 ms until it holds or `within` has passed.
+fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The guardian now finds its reaper's cgroups by name rather than by a list: `reaper mcp`
+/// SIGKILLed with three calls in flight, beside another live reaper under the same
+/// `--cgroup-parent`. The guardian kills and removes all three run cgroups within the README's
+/// second, and leaves alone another reaper's run, a cgroup named after the same pid with
+/// another start time (a reused pid), and a `reaper-kept-…` one with this reaper's name.
+#[tokio::test]
+async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() {
+    if !common::cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    let parent = TestCgroup::new("guardian-owned");
+    let parent_arg = parent.0.to_string_lossy().into_owned();
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let s = start_logged(
+        &["--cgroup-parent", &parent_arg],
+        &tmp.path().join("stderr"),
+    )
+    .await;
+    let server_pid = s.pid();
+    let server_start = common::stat(server_pid).expect("server's stat").1;
+    let (gpid, gstart) = guardian_of(server_pid).expect("reaper mcp runs a guardian");
+    let mut calls = Vec::new();
+    for i in 0..3 {
+        calls.push(
+            s.start_call(
+                "codex",
+                json!({"prompt": format!("thread C{i}\nescapee\nignore-signals\nhang")}),
+            )
+            .await,
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while s.recorded().iter().filter(|p| p.role == "escapee").count() < 3 {
+        assert!(Instant::now() < deadline, "three escapees within 20 s");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let prefix = format!("reaper-{server_pid}-{server_start}-");
+    let runs: Vec<String> = parent
+        .children()
+        .into_iter()
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert_eq!(runs.len(), 3, "one cgroup per call: {runs:?}");
+
+    // Another reaper under the same parent, started after the calls (its stale sweep has run).
+    let mut other = common::reaper()
+        .args(["run", "--cgroup-parent", &parent_arg, "--", "sleep", "600"])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("another reaper starts");
+    let other_prefix = format!("reaper-{}-", other.id());
+    let other_run = || {
+        parent
+            .children()
+            .into_iter()
+            .find(|n| n.starts_with(&other_prefix))
+    };
+    assert!(
+        wait_until(Duration::from_secs(10), || other_run().is_some_and(|n| {
+            std::fs::read_to_string(parent.0.join(n).join("cgroup.procs"))
+                .is_ok_and(|p| !p.trim().is_empty())
+        })),
+        "the other reaper's run cgroup holds its sleep"
+    );
+    let other_run = other_run().expect("the other reaper's run cgroup");
+    // Named after this server's pid, but not its: a reused pid, and a kept run.
+    let reused = parent.child(&format!("reaper-{server_pid}-{}-0", server_start + 1));
+    let kept = parent.child(&format!("reaper-kept-{server_pid}-{server_start}-7"));
+    let in_reused = Sleeper::new(Some(&reused));
+    let in_kept = Sleeper::new(Some(&kept));
+
+    let gfd = common::pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    let procs = s.recorded();
+    let Server { mut child, .. } = s;
+    let t0 = Instant::now();
+    child.start_kill().expect("SIGKILL the server");
+    let _ = child.wait().await;
+    let gone = wait_until(SLACK, || runs.iter().all(|n| !parent.0.join(n).exists()));
+    let took = t0.elapsed();
+    eprintln!("SIGKILL to every run cgroup removed: {took:?}");
+    let left = mcp_support::wait_all_dead(&procs, SLACK).await;
+    mcp_support::kill_recorded(&left);
+    assert!(gone, "run cgroups left behind: {:?}", parent.children());
+    assert_eq!(left, []);
+    assert!(exited_within(&gfd, SLACK), "the guardian did not exit");
+
+    // The guardian has exited: whatever it left alone stays so.
+    assert!(
+        parent.0.join(&other_run).exists(),
+        "another reaper's run cgroup"
+    );
+    assert!(
+        reused.exists() && in_reused.alive(),
+        "a reused pid's cgroup"
+    );
+    assert!(kept.exists() && in_kept.alive(), "a kept cgroup");
+    // The other reaper never noticed: SIGTERM ends its run normally (128 + 15).
+    common::signal_child(&other, rustix::process::Signal::TERM);
+    let st = common::wait_with_deadline(&mut other, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(143));
+    assert!(!parent.0.join(&other_run).exists());
+}
+
+/// reaper `stand_in`'s guardian, started by hand (as `Guardian::spawn` does), told `dir`.
+fn guardian_for(stand_in: &Sleeper, dir: &Path) -> (std::process::Child, std::process::ChildStdin) {
+    let mut g = common::reaper()
+        .args([
+            "guardian",
+            &stand_in.pid().to_string(),
+            &stand_in.start.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .spawn()
+        .expect("the guardian starts");
+    let mut pipe = g.stdin.take().expect("piped stdin");
+    let mut msg = format!("+{}", dir.display()).into_bytes();
+    msg.push(0);
+    std::io::Write::write_all(&mut pipe, &msg).expect("tell the guardian");
+    (g, pipe)
+}
+
+/// Issue 10 item 9 (last part): reaper moves itself into `reaper-PID-START-supervisor` when its
+/// cgroup has controllers enabled, and cannot remove the cgroup it lives in; nobody removed it.
+/// Its guardian now does, once reaper has exited: here reaper is SIGKILLed (a stand-in process
+/// plays reaper, in a supervisor leaf this test creates: ensure_leaf itself needs a controller
+/// in the parent's subtree_control, and this host's cgroup2 root enables none, so the path
+/// through a real reaper is tested only on hosts with controllers). Before the fix nothing
+/// removed the leaf: ensure_leaf never told the guardian about it, and the guardian's
+/// protocol (one record per run cgroup) had no way to.
+#[test]
+fn the_guardian_removes_the_supervisor_leaf_of_a_killed_reaper() {
+    if !common::cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    let parent = TestCgroup::new("guardian-leaf-killed");
+    let mut stand_in = Sleeper::new(None);
+    let leaf = parent.child(&format!(
+        "reaper-{}-{}-supervisor",
+        stand_in.pid(),
+        stand_in.start
+    ));
+    std::fs::write(leaf.join("cgroup.procs"), stand_in.pid().to_string()).expect("move in");
+    let (mut g, pipe) = guardian_for(&stand_in, &parent.0);
+    let t0 = Instant::now();
+    stand_in.kill();
+    drop(pipe); // reaper's death closes its end
+    let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
+    eprintln!("SIGKILL to guardian exit: {:?}", t0.elapsed());
+    assert_eq!(st.code(), Some(0));
+    assert!(!leaf.exists(), "the supervisor leaf is removed");
+    assert!(
+        parent.0.exists(),
+        "the directory reaper named is not the guardian's"
+    );
+}
+
+/// The same after a normal end: reaper says `done` (closes the pipe) while it still lives in its
+/// leaf. The guardian removes the run cgroup reaper left (survivors) at once, and the leaf only
+/// once reaper has exited — never while reaper is in it.
+#[test]
+fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
+    if !common::cgroup_usable() {
+        eprintln!("skipped: the guardian needs the cgroup backend");
+        return;
+    }
+    let parent = TestCgroup::new("guardian-leaf-done");
+    let mut stand_in = Sleeper::new(None);
+    let (pid, start) = (stand_in.pid(), stand_in.start);
+    let leaf = parent.child(&format!("reaper-{pid}-{start}-supervisor"));
+    std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).expect("move in");
+    let run = parent.child(&format!("reaper-{pid}-{start}-0"));
+    let survivor = Sleeper::new(Some(&run));
+    let (mut g, pipe) = guardian_for(&stand_in, &parent.0);
+    drop(pipe); // `done`
+    assert!(
+        wait_until(Duration::from_secs(10), || !run.exists()),
+        "the run cgroup left behind is removed at once"
+    );
+    assert!(!survivor.alive(), "what was left in it is killed");
+    // The guardian has read the EOF and taken the run over; reaper still lives in its leaf.
+    assert!(
+        stand_in.alive() && leaf.exists(),
+        "the leaf stays while reaper lives"
+    );
+    assert!(
+        g.try_wait().expect("try_wait").is_none(),
+        "the guardian waits for reaper"
+    );
+    stand_in.kill();
+    let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+    assert!(
+        !leaf.exists(),
+        "the supervisor leaf is removed once reaper has exited"
+    );
+    assert!(
+        parent.0.exists(),
+        "the directory reaper named is not the guardian's"
+    );
+}
+
+/// Without a guardian (`--no-guardian`), the next reaper's stale sweep removes a supervisor leaf
+/// whose reaper is gone, and leaves a live reaper's alone.
+#[test]
+fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
+    if !common::cgroup_usable() {
+        eprintln!("skipped: needs the cgroup backend");
+        return;
+    }
+    let parent = TestCgroup::new("guardian-leaf-sweep");
+    let mut dead = Sleeper::new(None);
+    dead.kill();
+    let dead_leaf = parent.child(&format!("reaper-{}-{}-supervisor", dead.pid(), dead.start));
+    let live = Sleeper::new(None);
+    let live_leaf = parent.child(&format!("reaper-{}-{}-supervisor", live.pid(), live.start));
+    std::fs::write(live_leaf.join("cgroup.procs"), live.pid().to_string()).expect("move in");
+    let parent_arg = parent.0.to_string_lossy().into_owned();
+    let out = common::run_reaper([
+        "run",
+        "--no-guardian",
+        "--cgroup-parent",
+        &parent_arg,
+        "--",
+        "true",
+    ]);
+    assert_eq!(common::code(&out), 0, "{}", common::stderr(&out));
+    assert!(!dead_leaf.exists(), "a dead reaper's leaf is swept");
+    assert!(
+        live_leaf.exists() && live.alive(),
+        "a live reaper's leaf is not"
+    );
+}
