@@ -409,23 +409,25 @@ fn watch_stdin_hangup() -> Option<tokio::sync::oneshot::Receiver<()>> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     let spawned = std::thread::Builder::new()
         .name("stdin-hangup".into())
-        .spawn(move || {
-            match reaper_platform::hangup::wait_for_hangup(std::io::stdin().as_fd()) {
+        .spawn(
+            move || match reaper_platform::hangup::wait_for_hangup(std::io::stdin().as_fd()) {
                 Ok(()) => {
                     let _ = tx.send(());
                 }
-                Err(e) => {
-                    say!("reaper: warning: cannot watch stdin for a hang-up ({e}); --on-stdin-eof acts on its EOF only, which a command that does not read its stdin may keep reaper from reading")
-                }
-            }
-        });
+                Err(e) => no_hangup_watch(e),
+            },
+        );
     match spawned {
         Ok(_) => Some(rx),
         Err(e) => {
-            say!("reaper: warning: cannot watch stdin for a hang-up ({e}); --on-stdin-eof acts on its EOF only, which a command that does not read its stdin may keep reaper from reading");
+            no_hangup_watch(e);
             None
         }
     }
+}
+
+fn no_hangup_watch(e: impl std::fmt::Display) {
+    say!("reaper: warning: cannot watch stdin for a hang-up ({e}); --on-stdin-eof acts on its EOF only, which a command that does not read its stdin may keep reaper from reading");
 }
 
 fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
