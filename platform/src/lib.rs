@@ -9,6 +9,7 @@
 //! what macOS does differently (and is compiled, never run, in CI).
 
 pub mod errno;
+pub mod hangup;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "macos")]

@@ -58,16 +58,3 @@ pub fn session_of(pid: Option<i32>) -> std::io::Result<i32> {
         sid => Ok(sid),
     }
 }
-
-/// Asks for `sig` to be sent to this process when its parent exits; the caller then checks
-/// that the parent did not exit before the call (it is only sent for a death *after* it).
-/// Linux: `PR_SET_PDEATHSIG` (prctl(2)). macOS: a thread waiting on the parent's exit
-/// (kqueue `EVFILT_PROC`/`NOTE_EXIT`), which then signals this process.
-#[cfg(target_os = "linux")]
-pub fn set_parent_death_signal(sig: crate::Signal) -> std::io::Result<()> {
-    rustix::process::set_parent_process_death_signal(Some(sig))?;
-    Ok(())
-}
-
-#[cfg(target_os = "macos")]
-pub use crate::macos::process::set_parent_death_signal;

@@ -78,14 +78,6 @@ pub fn to_handle(handle: &Handle, sig: Signal) -> io::Result<Delivery> {
     }
 }
 
-/// `kill(getpid(), sig)`: reaper to itself (macOS's stand-in for the parent-death signal).
-#[cfg(target_os = "macos")]
-pub(crate) fn to_self(sig: Signal) -> io::Result<()> {
-    tracing::debug!(sig = name(sig), "signal to reaper itself");
-    rustix::process::kill_process(rustix::process::getpid(), sig)?;
-    Ok(())
-}
-
 /// SIGTSTP to reaper's own process group — its job, as a shell sees it — the way an editor
 /// suspends itself: reaper and whatever wrapper started it in that job (`sh -c`, `make`) stop
 /// until the shell continues them, then the call returns. If the group is orphaned (no shell

@@ -48,9 +48,9 @@ pub struct RunArgs {
     #[arg(long)]
     pub die_with_parent: bool,
 
-    /// Relay reaper's stdin to CMD through a pipe; when it reaches EOF, close CMD's stdin, give
-    /// CMD this long to exit by itself, then stop the tree. For stdio servers whose client may
-    /// vanish.
+    /// Relay reaper's stdin to CMD through a pipe; when it reaches EOF, or its writer hangs up
+    /// (even while CMD is not reading what it sent), close CMD's stdin, give CMD this long to
+    /// exit by itself, then stop the tree. For stdio servers whose client may vanish.
     #[arg(long, value_parser = parse::duration, value_name = "DUR")]
     pub on_stdin_eof: Option<Duration>,
 
@@ -166,12 +166,17 @@ async fn run(args: RunArgs) -> u8 {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
-    if args.die_with_parent {
-        if let Err(e) = super::die_with_parent() {
-            say!("reaper: {e}");
-            return 125;
+    let mut parent = if args.die_with_parent {
+        match super::ParentWatch::start() {
+            Ok(w) => Some(w),
+            Err(e) => {
+                say!("reaper: {e}");
+                return 125;
+            }
         }
-    }
+    } else {
+        None
+    };
     let sink = if args.events {
         EventSink::json_lines_to_stderr()
     } else {
@@ -200,6 +205,8 @@ async fn run(args: RunArgs) -> u8 {
         say!("{w}");
     }
     let mut stdin_eof = pipes.stdin.and_then(relay_stdin);
+    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
+    let mut stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
 
     let timeout = async {
         match args.timeout {
@@ -207,23 +214,39 @@ async fn run(args: RunArgs) -> u8 {
             None => std::future::pending().await,
         }
     };
+    // The EOF: the relay read it, or the client hung up first (the relay may be stuck
+    // writing to a command that does not read, and would never get to read it).
     let eof = async {
-        match stdin_eof.as_mut() {
-            Some(rx) => {
-                let _ = rx.await;
+        let read = async {
+            match stdin_eof.as_mut() {
+                Some(rx) => {
+                    let _ = rx.await;
+                }
+                None => std::future::pending().await,
             }
+        };
+        let hung_up = async {
+            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
+            let seen = match stdin_hangup.as_mut() {
+                Some(rx) => rx.await.is_ok(),
+                None => false,
+            };
+            if !seen {
+                std::future::pending::<()>().await;
+            }
+        };
+        tokio::select! {
+            _ = read => {}
+            _ = hung_up => {}
+        }
+    };
+    let parent_died = async {
+        match parent.as_mut() {
+            Some(p) => p.died().await,
             None => std::future::pending().await,
         }
     };
-    tokio::pin!(timeout, eof);
-    // SIGTERM after reaper's parent died is the parent-death signal (--die-with-parent).
-    let reason_for = |sig: Signal| {
-        if sig == Signal::TERM && args.die_with_parent && super::parent_died() {
-            StopReason::ParentDied
-        } else {
-            StopReason::Signal
-        }
-    };
+    tokio::pin!(timeout, eof, parent_died);
     let events = run.events().clone();
     let announce = |reason: StopReason, received: Option<Signal>| match (reason, received) {
         (StopReason::Timeout, _) => events.emit(Event::Timeout {
@@ -239,8 +262,9 @@ async fn run(args: RunArgs) -> u8 {
     let (mut reason, mut received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
         _ = &mut timeout => (StopReason::Timeout, None),
-        sig = sigs.recv() => (reason_for(sig), Some(sig)),
+        sig = sigs.recv() => (StopReason::Signal, Some(sig)),
         _ = &mut eof => (StopReason::StdinEof, None),
+        _ = &mut parent_died => (StopReason::ParentDied, None),
     };
     announce(reason, received);
     // A second wait, still cut short by the timeout and by signals: CMD's allowance to exit
@@ -270,7 +294,8 @@ async fn run(args: RunArgs) -> u8 {
                 None
             }
             _ = &mut timeout => Some((StopReason::Timeout, None)),
-            sig = sigs.recv() => Some((reason_for(sig), Some(sig))),
+            sig = sigs.recv() => Some((StopReason::Signal, Some(sig))),
+            _ = &mut parent_died => Some((StopReason::ParentDied, None)),
         };
         if let Some((r, sig)) = interrupted {
             (reason, received) = (r, sig);
@@ -366,6 +391,43 @@ fn relay_stdin(mut to_child: ChildStdin) -> Option<tokio::sync::oneshot::Receive
             None
         }
     }
+}
+
+/// Resolves when reaper's stdin hangs up: its writer is gone (the last writer of a pipe or
+/// fifo, a socket's peer, a terminal's hang-up), even while data it sent is still queued. A
+/// thread of its own polls fd 0 for that, independently of the relay, which may be stuck
+/// writing to a command that never reads and so never read the EOF. The relay still delivers
+/// what was queued, and closes CMD's stdin after it; the run treats the hang-up as the EOF
+/// (CMD's allowance starts). `None` when stdin has no other end to hang up (a regular file:
+/// only its EOF, read by the relay, counts) or no thread could be started. Neither thread
+/// keeps reaper from exiting: `main` returning ends the process, whatever they block in.
+fn watch_stdin_hangup() -> Option<tokio::sync::oneshot::Receiver<()>> {
+    use std::os::fd::AsFd;
+    if !reaper_platform::hangup::can_hang_up(std::io::stdin().as_fd()) {
+        return None;
+    }
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let spawned = std::thread::Builder::new()
+        .name("stdin-hangup".into())
+        .spawn(
+            move || match reaper_platform::hangup::wait_for_hangup(std::io::stdin().as_fd()) {
+                Ok(()) => {
+                    let _ = tx.send(());
+                }
+                Err(e) => no_hangup_watch(e),
+            },
+        );
+    match spawned {
+        Ok(_) => Some(rx),
+        Err(e) => {
+            no_hangup_watch(e);
+            None
+        }
+    }
+}
+
+fn no_hangup_watch(e: impl std::fmt::Display) {
+    say!("reaper: warning: cannot watch stdin for a hang-up ({e}); --on-stdin-eof acts on its EOF only, which a command that does not read its stdin may keep reaper from reading");
 }
 
 fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {

@@ -26,7 +26,8 @@ pub enum Event {
     CancelRequested,
     /// reaper's parent died (`--die-with-parent`).
     ParentDied,
-    /// reaper's stdin reached EOF (`--on-stdin-eof`); CMD's stdin was closed.
+    /// reaper's stdin reached EOF or its writer hung up (`--on-stdin-eof`); CMD's stdin is
+    /// closed once what was sent has been relayed.
     StdinEof,
     /// reaper itself got a signal.
     ReaperSignalled { signal: String },

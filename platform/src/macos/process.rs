@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use rustix::event::kqueue::{kevent, kqueue, Event, EventFilter, EventFlags, ProcessEvents};
-use rustix::process::{Pid, Signal};
+use rustix::process::Pid;
 
 use crate::process::ProcStat;
 
@@ -197,34 +197,4 @@ pub fn age_secs(starttime: u64) -> Option<f64> {
         .duration_since(std::time::UNIX_EPOCH)
         .ok()?;
     Some((now.as_secs_f64() - starttime as f64).max(0.0))
-}
-
-/// Sends `sig` to this process when its parent exits: a thread blocks on a kqueue watching the
-/// parent for `NOTE_EXIT`, then signals. An error if the parent cannot be watched (ESRCH: it
-/// has exited already).
-pub fn set_parent_death_signal(sig: Signal) -> io::Result<()> {
-    let parent = rustix::process::getppid()
-        .ok_or_else(|| io::Error::other("reaper has no parent process to watch"))?;
-    let kq = watch_exit(parent)?
-        .ok_or_else(|| io::Error::other("reaper's parent exited before reaper could watch it"))?;
-    std::thread::Builder::new()
-        .name("parent-death".into())
-        .spawn(move || loop {
-            let mut fired: Vec<Event> = Vec::with_capacity(1);
-            // SAFETY: as above; the kqueue lives as long as this thread.
-            match unsafe { kevent(&kq, &[], rustix::buffer::spare_capacity(&mut fired), None) } {
-                Ok(_) if !fired.is_empty() => {
-                    if let Err(e) = crate::signal::to_self(sig) {
-                        tracing::warn!("reaper's parent exited, but signalling reaper failed: {e}");
-                    }
-                    return;
-                }
-                Ok(_) | Err(rustix::io::Errno::INTR) => {}
-                Err(e) => {
-                    tracing::warn!("cannot watch reaper's parent any more: {e}");
-                    return;
-                }
-            }
-        })?;
-    Ok(())
 }
