@@ -36,6 +36,7 @@ require=()
 if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_writable": true'; then require+=(cgroup); fi
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
 if command -v script >/dev/null 2>&1; then require+=(script); fi
+if command -v python3 >/dev/null 2>&1; then require+=(python3); fi
 export REAPER_REQUIRE="${require[*]}"
 echo "required here: ${REAPER_REQUIRE:-(nothing)}"
 skips=$(mktemp)

@@ -115,8 +115,7 @@ fn mkfifo(path: &Path) {
 /// not, nothing happens, however long past the allowance.
 #[test]
 fn a_fifo_writer_killed_while_the_command_is_not_reading_stops_the_run() {
-    if python3().is_none() {
-        eprintln!("skipped: python3 not found (the writer is a python script)");
+    if !have(Need::Python3) {
         return;
     }
     let t = Tree::new();
@@ -291,9 +290,11 @@ fn a_live_writer_that_pauses_is_not_a_hang_up() {
 /// death stops the tree within the capped grace, reported as `parent-died`.
 #[test]
 fn die_with_parent_follows_the_parent_process_not_the_spawning_thread() {
-    let Some(py) = python3() else {
-        eprintln!("skipped: python3 not found (the parent is a python script)");
+    if !have(Need::Python3) {
         return;
+    }
+    let Some(py) = python3() else {
+        panic!("python3 ran but cannot be found again");
     };
     let t = Tree::new();
     let events = t.dir.path().join("events");
@@ -394,12 +395,7 @@ sys.stdin.read()
 #[test]
 fn die_with_parent_outside_the_pid_namespace_is_still_parent_died() {
     let t = Tree::new();
-    let probe = Command::new("unshare")
-        .args(["--pid", "--fork", "true"])
-        .stderr(Stdio::null())
-        .status();
-    if !probe.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot create a PID namespace here (unshare --pid --fork)");
+    if !have(Need::PidNamespace) {
         return;
     }
     // The fixture's pid file would hold pids of the new namespace: the run's own report and

@@ -122,8 +122,7 @@ fn exited_within(fd: &OwnedFd, within: Duration) -> bool {
 /// once. Each wait is bounded, so on the old code this test fails instead of hanging.
 #[tokio::test]
 async fn a_stopped_guardian_never_stops_the_server() {
-    if !common::cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !common::have(common::Need::Cgroup) {
         return;
     }
     const CALLS: usize = 1500;
@@ -364,8 +363,7 @@ fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 /// another start time (a reused pid), and a `reaper-kept-…` one with this reaper's name.
 #[tokio::test]
 async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() {
-    if !common::cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !common::have(common::Need::Cgroup) {
         return;
     }
     let parent = TestCgroup::new("guardian-owned");
@@ -490,8 +488,7 @@ fn guardian_for(stand_in: &Sleeper, dir: &Path) -> (std::process::Child, std::pr
 /// protocol (one record per run cgroup) had no way to.
 #[test]
 fn the_guardian_removes_the_supervisor_leaf_of_a_killed_reaper() {
-    if !common::cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !common::have(common::Need::Cgroup) {
         return;
     }
     let parent = TestCgroup::new("guardian-leaf-killed");
@@ -521,8 +518,7 @@ fn the_guardian_removes_the_supervisor_leaf_of_a_killed_reaper() {
 /// once reaper has exited — never while reaper is in it.
 #[test]
 fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
-    if !common::cgroup_usable() {
-        eprintln!("skipped: the guardian needs the cgroup backend");
+    if !common::have(common::Need::Cgroup) {
         return;
     }
     let parent = TestCgroup::new("guardian-leaf-done");
@@ -565,8 +561,7 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
 /// whose reaper is gone, and leaves a live reaper's alone.
 #[test]
 fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
-    if !common::cgroup_usable() {
-        eprintln!("skipped: needs the cgroup backend");
+    if !common::have(common::Need::Cgroup) {
         return;
     }
     let parent = TestCgroup::new("guardian-leaf-sweep");

@@ -57,6 +57,8 @@ pub enum Need {
     PidNamespace,
     /// util-linux `script`, for a pseudo-terminal.
     Script,
+    /// `python3`, for hostile clients and parents written in Python.
+    Python3,
 }
 
 impl Need {
@@ -66,6 +68,7 @@ impl Need {
             Need::Cgroup => "cgroup",
             Need::PidNamespace => "pidns",
             Need::Script => "script",
+            Need::Python3 => "python3",
         }
     }
 
@@ -83,11 +86,17 @@ impl Need {
                 .stdout(Stdio::null())
                 .status()
                 .is_ok(),
+            Need::Python3 => Command::new("python3")
+                .arg("--version")
+                .stdout(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
         };
         ok.then_some(()).ok_or(match self {
             Need::Cgroup => "the cgroup backend is not usable here (see `reaper doctor`)",
             Need::PidNamespace => "cannot make a PID namespace here (`unshare --pid` needs root)",
             Need::Script => "util-linux `script` is not installed",
+            Need::Python3 => "python3 is not installed",
         })
     }
 }
