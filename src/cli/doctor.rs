@@ -12,6 +12,17 @@ pub struct DoctorArgs {
     /// Print the findings as one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+
+    /// As for `reaper run`: under systemd, whether to ask for a delegated scope (doctor really
+    /// asks, as a run would, and the scope ends when doctor exits).
+    #[arg(
+        long,
+        value_enum,
+        env = "REAPER_DELEGATE",
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub delegate: crate::run::DelegateMode,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -22,6 +33,10 @@ pub struct Report {
     pub cgroup2_mount: Option<String>,
     pub own_cgroup: Option<String>,
     pub own_cgroup_dir: Option<String>,
+    /// Under systemd: what asking the service manager for a delegated scope did.
+    pub delegation: Option<String>,
+    /// The delegated unit run cgroups are created in, when there is one.
+    pub delegated_unit: Option<String>,
     pub controllers: Vec<String>,
     pub subtree_control: Vec<String>,
     /// Whether a run cgroup could be created (and was removed again).
@@ -48,7 +63,7 @@ pub struct Report {
 }
 
 #[cfg(target_os = "linux")]
-pub fn probe() -> Report {
+pub fn probe(delegate: crate::run::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -71,6 +86,22 @@ pub fn probe() -> Report {
             .hints
             .push(format!("the pgid backend has no process table here: {e}")),
     }
+    // As a run would: under systemd, first a delegated scope of reaper's own.
+    let delegation = crate::cli::runtime().map(|rt| {
+        rt.block_on(crate::containment::delegate::ensure(delegate))
+            .clone()
+    });
+    let refused = match delegation {
+        Ok(d) => {
+            r.delegation = Some(d.describe());
+            r.delegated_unit = d.unit().map(str::to_owned);
+            match d {
+                crate::containment::delegate::Delegation::Failed { why } => Some(why),
+                _ => None,
+            }
+        }
+        Err(e) => Some(format!("cannot start the async runtime: {e}")),
+    };
     match setup::discover() {
         Err(e) => r.cgroup_error = Some(e),
         Ok(env) => {
@@ -81,10 +112,11 @@ pub fn probe() -> Report {
             let own = reaper_platform::linux::cgroup::Cgroup::at(&env.own_dir);
             r.controllers = own.controllers().unwrap_or_default();
             r.subtree_control = own.subtree_control().unwrap_or_default();
-            match env
-                .placement(None)
-                .and_then(|p| setup::create_run_cgroup(&p))
-            {
+            let placement = match refused {
+                Some(why) => Err(why),
+                None => env.placement(None),
+            };
+            match placement.and_then(|p| setup::create_run_cgroup(&p)) {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
                     r.cgroup_kill = b.cgroup().has_kill();
@@ -140,7 +172,7 @@ pub fn probe() -> Report {
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
 /// `/bin/ps` can list the processes.
 #[cfg(not(target_os = "linux"))]
-pub fn probe() -> Report {
+pub fn probe(_delegate: crate::run::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -206,7 +238,7 @@ fn kernel() -> String {
 }
 
 pub fn main(args: DoctorArgs) -> u8 {
-    let r = probe();
+    let r = probe(args.delegate);
     if args.json {
         match serde_json::to_string_pretty(&r) {
             Ok(s) => out!("{s}"),
@@ -256,6 +288,9 @@ fn human(r: &Report) -> String {
     line("cgroup mode", r.cgroup_mode);
     line("cgroup2 mount", r.cgroup2_mount.as_deref().unwrap_or("-"));
     line("own cgroup", r.own_cgroup.as_deref().unwrap_or("-"));
+    if let Some(d) = &r.delegation {
+        line("delegation", d);
+    }
     line(
         "controllers",
         &if r.controllers.is_empty() {

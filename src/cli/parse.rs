@@ -41,7 +41,7 @@ pub fn signal(text: &str) -> Result<Signal, String> {
 /// Formats a duration the way users typed it: `2s`, `500ms`, `1.5s`.
 pub fn show(d: Duration) -> String {
     let ms = d.as_millis();
-    if ms % 1000 == 0 {
+    if ms.is_multiple_of(1000) {
         format!("{}s", ms / 1000)
     } else if ms < 1000 {
         format!("{ms}ms")

@@ -9,7 +9,8 @@ use reaper_platform::{ExitStatus, Signal};
 use super::parse;
 use crate::guardian::Guardian;
 use crate::run::{
-    ContainOpts, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run, StopReason,
+    ContainOpts, DelegateMode, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run,
+    StopReason,
 };
 use std::process::ChildStdin;
 use std::sync::Arc;
@@ -93,6 +94,17 @@ pub struct ContainArgs {
     /// reads can escape, so shorter is safer and costs more CPU.
     #[arg(long, value_parser = parse::duration, default_value = "50ms", value_name = "DUR")]
     pub poll: Duration,
+
+    /// Under systemd, ask the service manager (the user's, or the system's for root) for a scope
+    /// with Delegate=yes and create run cgroups there; `never` creates them where reaper is.
+    #[arg(
+        long,
+        value_enum,
+        env = "REAPER_DELEGATE",
+        default_value = "auto",
+        value_name = "WHEN"
+    )]
+    pub delegate: DelegateMode,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -126,6 +138,7 @@ impl ContainArgs {
             cgroup_parent: self.cgroup_parent.clone(),
             poll: self.poll,
             guardian,
+            delegate: self.delegate,
         }
     }
 }
@@ -449,6 +462,7 @@ mod tests {
             argv: vec![],
             backend: "cgroup",
             cgroup: None,
+            scope: None,
             leader_pid: 1,
             exit_code: None,
             signal: None,

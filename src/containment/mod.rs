@@ -14,6 +14,8 @@
 
 #[cfg(target_os = "linux")]
 pub mod cgroup;
+#[cfg(target_os = "linux")]
+pub mod delegate;
 pub mod pgid;
 #[cfg(target_os = "linux")]
 pub mod setup;

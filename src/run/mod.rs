@@ -56,6 +56,18 @@ pub struct ContainOpts {
     pub poll: Duration,
     /// Cleans up the run's cgroup if reaper itself is killed.
     pub guardian: Option<Arc<Guardian>>,
+    /// Under systemd: whether to ask for a delegated scope first (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub delegate: DelegateMode,
+}
+
+/// `--delegate` (see `containment::delegate`); only Linux has systemd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DelegateMode {
+    /// Under systemd, move reaper into a delegated scope of its own unless it is in one already.
+    Auto,
+    /// Never ask systemd; create run cgroups where reaper is.
+    Never,
 }
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
@@ -76,6 +88,16 @@ const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
 pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), String> {
     #[cfg(target_os = "linux")]
     let cgroup = || async {
+        if opts.cgroup_parent.is_none() {
+            use containment::delegate::{self, Delegation};
+            if let Delegation::Failed { why } = delegate::ensure(opts.delegate).await {
+                return Err(format!(
+                    "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
+                     another unit (--delegate never does it anyway; --cgroup-parent names a \
+                     cgroup of yours)"
+                ));
+            }
+        }
         let env = setup::discover()?;
         let placement = env.placement(opts.cgroup_parent.as_deref())?;
         // Before any cgroup is created there (the supervisor leaf included), so a reaper killed
@@ -426,6 +448,17 @@ impl Run {
         self.backend.cgroup_path().map(|p| p.display().to_string())
     }
 
+    /// The systemd unit delegated to reaper that holds the run cgroup, if any.
+    pub fn scope(&self) -> Option<String> {
+        #[cfg(target_os = "linux")]
+        if self.backend.cgroup_path().is_some() {
+            return containment::delegate::done()
+                .and_then(|d| d.unit())
+                .map(str::to_owned);
+        }
+        None
+    }
+
     /// The leader's exit code or signal name, once it has been reaped.
     pub fn leader_status_parts(&self) -> (Option<i32>, Option<String>) {
         outcome::status_parts(self.leader.status)
@@ -649,6 +682,7 @@ impl Run {
             argv: std::mem::take(&mut self.argv),
             backend: self.backend.kind().as_str(),
             cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
+            scope: self.scope(),
             leader_pid: self.leader.handle.raw_pid(),
             exit_code: None,
             signal: None,

@@ -29,6 +29,8 @@ pub struct Outcome {
     pub argv: Vec<String>,
     pub backend: &'static str,
     pub cgroup: Option<String>,
+    /// Under systemd: the delegated scope (or unit) the run cgroup lives in.
+    pub scope: Option<String>,
     pub leader_pid: i32,
     /// The leader's exit code, when it exited.
     pub exit_code: Option<i32>,

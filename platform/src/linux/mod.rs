@@ -7,6 +7,7 @@ pub mod pidfd;
 pub mod procfs;
 pub mod spawn;
 pub mod subreaper;
+pub mod systemd;
 
 // Portable since macOS got a build; still reachable here under the paths Linux code knows.
 pub use crate::{errno, reap, signal};

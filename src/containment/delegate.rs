@@ -1,0 +1,131 @@
+//! Under systemd, reaper's run cgroups live in a scope of its own with `Delegate=yes`.
+//!
+//! On a systemd machine the cgroup tree belongs to systemd: a normal user's session cgroup is not
+//! theirs to write, and root's service cgroup belongs to its unit, which did not hand it over. So
+//! before creating run cgroups reaper asks the service manager — the user's own over the session
+//! bus, the system manager for root — for a transient scope `reaper-PID-STARTTIME.scope` with
+//! `Delegate=yes` and moves itself into it, as `systemd-run --scope -p Delegate=yes` would. A unit
+//! that is already delegated (reaper started inside `systemd-run -p Delegate=yes`) is used as it
+//! is. The scope ends when reaper exits.
+//!
+//! Asked once per reaper process, before its first run cgroup; `--delegate never` or
+//! `--cgroup-parent` skip it.
+
+use std::time::Duration;
+
+use reaper_platform::linux::systemd::{self, Bus, Manager};
+use tokio::sync::OnceCell;
+
+pub use crate::run::DelegateMode as Mode;
+
+/// What the delegation step did.
+#[derive(Debug, Clone)]
+pub enum Delegation {
+    /// Not asked, and why (not under systemd, `--delegate never`).
+    NotAsked(&'static str),
+    /// reaper already runs in a delegated unit.
+    Inherited { unit: String },
+    /// reaper moved itself into this new scope.
+    Started { unit: String, bus: Bus },
+    /// systemd was asked and did not delegate: run cgroups must not be created in a cgroup
+    /// systemd manages for another unit.
+    Failed { why: String },
+}
+
+impl Delegation {
+    /// The delegated unit reaper's run cgroups live in.
+    pub fn unit(&self) -> Option<&str> {
+        match self {
+            Delegation::Inherited { unit } | Delegation::Started { unit, .. } => Some(unit),
+            _ => None,
+        }
+    }
+
+    /// One line for `reaper doctor`.
+    pub fn describe(&self) -> String {
+        match self {
+            Delegation::NotAsked(why) => format!("not asked: {why}"),
+            Delegation::Inherited { unit } => format!("already in a delegated unit ({unit})"),
+            Delegation::Started { unit, bus } => {
+                format!(
+                    "moved into {unit}, a scope with Delegate=yes from {}",
+                    bus.as_str()
+                )
+            }
+            Delegation::Failed { why } => format!("failed: {why}"),
+        }
+    }
+}
+
+/// Bounds every exchange with systemd: a manager that does not answer must not hang reaper.
+const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+const JOB_TIMEOUT: Duration = Duration::from_secs(5);
+
+static DONE: OnceCell<Delegation> = OnceCell::const_new();
+
+/// Runs the delegation step once per process and returns what it did.
+pub async fn ensure(mode: Mode) -> &'static Delegation {
+    DONE.get_or_init(|| delegate(mode)).await
+}
+
+/// What the step did, if it ran (for reports).
+pub fn done() -> Option<&'static Delegation> {
+    DONE.get()
+}
+
+async fn delegate(mode: Mode) -> Delegation {
+    if mode == Mode::Never {
+        return Delegation::NotAsked("--delegate never");
+    }
+    if !systemd::booted() {
+        return Delegation::NotAsked("systemd is not the service manager here");
+    }
+    let bus = if rustix::process::geteuid().is_root() {
+        Bus::System
+    } else {
+        Bus::User
+    };
+    match ask(bus).await {
+        Ok(d) => d,
+        Err(e) => Delegation::Failed {
+            why: format!(
+                "{} did not give reaper a delegated scope: {e}",
+                bus.as_str()
+            ),
+        },
+    }
+}
+
+async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
+    let manager = Manager::connect(bus, CALL_TIMEOUT).await?;
+    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
+    if let Ok((unit, true)) = manager.unit_of(pid).await {
+        return Ok(Delegation::Inherited { unit });
+    }
+    let (_, start) =
+        reaper_platform::linux::procfs::self_identity().map_err(|e| systemd::SystemdError {
+            step: "naming the scope",
+            detail: format!("cannot read /proc/self/stat: {e}"),
+        })?;
+    let unit = format!("reaper-{pid}-{start}.scope");
+    manager
+        .start_delegated_scope(
+            &unit,
+            pid,
+            &format!("reaper {pid}: its run cgroups"),
+            JOB_TIMEOUT,
+        )
+        .await?;
+    // The job is done, so the move is: check it, rather than trust it.
+    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    if !own
+        .lines()
+        .any(|l| l.starts_with("0::") && l.ends_with(&unit))
+    {
+        return Err(systemd::SystemdError {
+            step: "moving into the scope",
+            detail: format!("{unit} started, but /proc/self/cgroup says {}", own.trim()),
+        });
+    }
+    Ok(Delegation::Started { unit, bus })
+}
