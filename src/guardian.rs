@@ -37,6 +37,8 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 #[derive(Debug)]
 pub struct Guardian {
     pid: i32,
+    /// Its start time, read while it was certainly our unreaped child (see [`Guardian::spawn`]).
+    starttime: u64,
     pipe: Mutex<Option<ChildStdin>>,
 }
 
@@ -62,15 +64,27 @@ impl Guardian {
             .spawn()
             .map_err(|e| format!("cannot start the guardian: {e}"))?;
         let pipe = child.stdin.take();
-        // The child is reaped by `reap::reap_orphans` like any other non-leader child.
+        let pid = child.id() as i32;
+        // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
+        // exits, and its pid may then be reused. Until that reap (which cannot run before this
+        // function returns, see reap.rs) the pid is ours, so its start time is the guardian's.
+        let starttime = procfs::stat(pid)
+            .map_err(|e| format!("cannot read the guardian's /proc/{pid}/stat: {e}"))?
+            .starttime;
         Ok(Guardian {
-            pid: child.id() as i32,
+            pid,
+            starttime,
             pipe: Mutex::new(pipe),
         })
     }
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The guardian's start time: with [`Guardian::pid`], names it even after it was reaped.
+    pub fn starttime(&self) -> u64 {
+        self.starttime
     }
 
     fn send(&self, record: &[u8]) {

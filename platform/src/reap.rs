@@ -2,17 +2,41 @@
 //!
 //! Two callers need `wait`: a run waiting for its leader (through the leader's pidfd,
 //! `waitid(P_PIDFD)`), and the subreaper duty of reaping orphans that reparented to us
-//! (`waitpid(-1)`). The second would steal the first's status, so both go through one lock and
+//! (`waitid(P_ALL)`). The second would steal the first's status, so both go through one lock and
 //! one table: whoever reaps a registered leader stores its status there for the run to take.
+//!
+//! `P_ALL`, not `waitpid(0)`: an orphan reparents to reaper in whatever process group and session
+//! it made for itself (a setsid escapee), and `waitpid(0)` reaps only children in reaper's own
+//! group, so such orphans stayed zombies for as long as reaper ran.
+//!
+//! The rule, for every child reaper creates (Linux): **[`reap_orphans`] may reap any child at any
+//! moment, so no other code waits for a child unless the child is registered here or the wait
+//! cannot interleave with `reap_orphans`.** Today that holds because:
+//! - leaders are registered with [`register_leader`] before the spawning code yields to the
+//!   runtime (`reap_orphans` runs only on the runtime's one thread, never in between);
+//! - the waits inside a spawn (std's `Command::spawn` reaping a child whose exec failed, the
+//!   clone3 spawn's `kill_and_reap`) and the clone3 probe of `reaper doctor` run to completion
+//!   on that same thread without yielding; the clone3 waits go through the child's pidfd, so an
+//!   ECHILD there (already reaped) ends them rather than hanging;
+//! - the guardian is never waited for (it is reaped here like an orphan once it exits; the
+//!   subreaper backend leaves it out by pid *and* start time, so a reused pid is not skipped);
+//! - nothing else in reaper waits: no `Child::wait`/`output`, no `tokio::process` (the pgid
+//!   backend's `ps` runs only on macOS, where this module never reaps what it did not register).
+//!
+//! A new child reaper waits for must keep to the rule (register it, or wait for it only where
+//! `reap_orphans` cannot run in between).
 //!
 //! macOS has no subreaper: no orphan ever becomes reaper's child, so there is nothing to reap
 //! but the leaders, each by its own pid (`waitpid(PID)`). `waitpid(-1)` there would only steal
-//! the status of a child someone else waits for: the `ps` the pgid backend runs.
+//! the status of a child someone else waits for: the `ps` the pgid backend runs (off the runtime
+//! thread).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rustix::process::{Pid, WaitOptions};
+use rustix::process::Pid;
+#[cfg(not(target_os = "linux"))]
+use rustix::process::WaitOptions;
 
 use crate::process::Handle;
 use crate::ExitStatus;
@@ -151,24 +175,54 @@ pub fn reap_orphans() -> usize {
     0
 }
 
-/// Reaps every exited child without blocking; a registered leader's status is kept for its run.
-/// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
+/// Reaps every exited child without blocking, in any process group or session; a registered
+/// leader's status is kept for its run. Returns how many non-leader children were reaped.
+/// ECHILD (no children) is the normal end.
 #[cfg(target_os = "linux")]
 pub fn reap_orphans() -> usize {
     let mut table = leaders();
     let mut reaped = 0;
     loop {
-        match rustix::process::waitpid(None::<Pid>, WaitOptions::NOHANG) {
+        match wait_any_nohang() {
             Ok(Some((pid, st))) => {
-                let key = pid.as_raw_nonzero().get();
-                if let Some(slot) = table.get_mut(&key) {
-                    *slot = Some(decode_wait(st));
+                if let Some(slot) = table.get_mut(&pid) {
+                    *slot = Some(st);
                 } else {
                     reaped += 1;
                 }
             }
+            Err(rustix::io::Errno::INTR) => continue,
             Ok(None) | Err(_) => return reaped,
         }
+    }
+}
+
+/// `waitid(P_ALL, WEXITED | WNOHANG)`: one exited child of any group, with its pid. (rustix's
+/// `waitid` does not hand out `si_pid`, and its `waitpid(None)` is `waitpid(0)`.)
+#[cfg(target_os = "linux")]
+fn wait_any_nohang() -> rustix::io::Result<Option<(i32, ExitStatus)>> {
+    // SAFETY: `info` is a zeroed siginfo_t that waitid(2) fills in (or leaves zeroed: WNOHANG
+    // with no exited child); the si_pid/si_status accessors read the SIGCHLD fields, which are
+    // the ones waitid sets.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG) != 0 {
+            return Err(rustix::io::Errno::from_raw_os_error(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            ));
+        }
+        let pid = info.si_pid();
+        if pid == 0 {
+            return Ok(None);
+        }
+        let status = info.si_status();
+        let st = match info.si_code {
+            libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
+            _ => ExitStatus::Code(status),
+        };
+        Ok(Some((pid, st)))
     }
 }
 
@@ -182,6 +236,7 @@ fn decode_waitid(st: &rustix::process::WaitIdStatus) -> ExitStatus {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
 fn decode_wait(st: rustix::process::WaitStatus) -> ExitStatus {
     match (st.exit_status(), st.terminating_signal()) {
         (_, Some(sig)) => ExitStatus::Signal(sig),

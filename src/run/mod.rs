@@ -87,7 +87,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
                 if let Some(g) = &opts.guardian {
-                    b.exclude(g.pid());
+                    b.exclude(g.pid(), g.starttime());
                 }
                 Backend::Subreaper(b)
             })
