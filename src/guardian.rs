@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::procfs;
+use reaper_platform::linux::{procfs, reap};
 
 use crate::containment::setup;
 
@@ -60,17 +60,20 @@ impl Guardian {
         unsafe {
             cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
         }
+        // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
+        // failed, and until the lock is let go the guardian's pid is its own.
+        let reaping = reap::hold();
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the guardian: {e}"))?;
         let pipe = child.stdin.take();
         let pid = child.id() as i32;
         // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
-        // exits, and its pid may then be reused. Until that reap (which cannot run before this
-        // function returns, see reap.rs) the pid is ours, so its start time is the guardian's.
+        // exits, and its pid may then be reused. Read its start time while it cannot be.
         let starttime = procfs::stat(pid)
             .map_err(|e| format!("cannot read the guardian's /proc/{pid}/stat: {e}"))?
             .starttime;
+        drop(reaping);
         Ok(Guardian {
             pid,
             starttime,

@@ -10,21 +10,20 @@
 //! group, so such orphans stayed zombies for as long as reaper ran.
 //!
 //! The rule, for every child reaper creates (Linux): **[`reap_orphans`] may reap any child at any
-//! moment, so no other code waits for a child unless the child is registered here or the wait
-//! cannot interleave with `reap_orphans`.** Today that holds because:
-//! - leaders are registered with [`register_leader`] before the spawning code yields to the
-//!   runtime (`reap_orphans` runs only on the runtime's one thread, never in between);
-//! - the waits inside a spawn (std's `Command::spawn` reaping a child whose exec failed, the
-//!   clone3 spawn's `kill_and_reap`) and the clone3 probe of `reaper doctor` run to completion
-//!   on that same thread without yielding; the clone3 waits go through the child's pidfd, so an
-//!   ECHILD there (already reaped) ends them rather than hanging;
-//! - the guardian is never waited for (it is reaped here like an orphan once it exits; the
-//!   subreaper backend leaves it out by pid *and* start time, so a reused pid is not skipped);
-//! - nothing else in reaper waits: no `Child::wait`/`output`, no `tokio::process` (the pgid
-//!   backend's `ps` runs only on macOS, where this module never reaps what it did not register).
-//!
-//! A new child reaper waits for must keep to the rule (register it, or wait for it only where
-//! `reap_orphans` cannot run in between).
+//! moment, on any thread, so a child that some other code waits for is created with the reaping
+//! lock held ([`hold`]) and is either registered before the lock is let go, or waited for
+//! before.** Where reaper waits for a child:
+//! - a run's leader: created under [`hold`] and registered through [`Spawning::register_leader`];
+//!   its status is then taken from the table, whoever reaped it;
+//! - inside a spawn: std's `Command::spawn` reaps a child whose exec failed (and panics if that
+//!   child was reaped by someone else), the clone3 spawn's `kill_and_reap` likewise: both run
+//!   under the same [`hold`];
+//! - the guardian: never waited for (reaped here like an orphan once it exits); it is spawned
+//!   under [`hold`] so its start time is read while its pid is still its own, and the subreaper
+//!   backend leaves it out by pid *and* start time, so a reused pid is not skipped;
+//! - `reaper doctor`'s clone3 probe: under [`hold`], through the probe's pidfd;
+//! - nothing else: no `Child::wait`/`output`, no `tokio::process` (the pgid backend's `ps` runs
+//!   only on macOS, where this module never reaps what it did not register).
 //!
 //! macOS has no subreaper: no orphan ever becomes reaper's child, so there is nothing to reap
 //! but the leaders, each by its own pid (`waitpid(PID)`). `waitpid(-1)` there would only steal
@@ -68,9 +67,23 @@ fn leaders() -> Table {
     Table(guard)
 }
 
-/// Marks `pid` (our child) as a leader whose status a run will collect.
-pub fn register_leader(pid: Pid) {
-    leaders().insert(pid.as_raw_nonzero().get(), None);
+/// The reaping lock, held while a child is being created (see [`hold`]).
+pub struct Spawning(Table);
+
+/// Takes the reaping lock for the creation of a child: until it is let go, no [`reap_orphans`]
+/// on any thread reaps anything, so a spawn that waits for its own failed child gets its status,
+/// and a leader is registered before anyone could reap it. Nothing else of this module may be
+/// called while it is held (the lock is not reentrant), and it must not be held across an
+/// `.await`.
+pub fn hold() -> Spawning {
+    Spawning(leaders())
+}
+
+impl Spawning {
+    /// Marks `pid` (our child) as a leader whose status a run will collect; lets go of the lock.
+    pub fn register_leader(mut self, pid: Pid) {
+        self.0.insert(pid.as_raw_nonzero().get(), None);
+    }
 }
 
 /// Forgets a leader (its run is done with it).

@@ -182,6 +182,8 @@ pub(super) fn spawn(
 pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     let mut cmd = LeaderCommand::new("/proc/self/exe");
     cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
+    // Under the reaping lock: the probe is waited for here (see reap.rs).
+    let _reaping = reaper_platform::reap::hold();
     let spawned = match clone3::spawn(&cmd, cgroup, None) {
         Ok(s) => s,
         Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {

@@ -331,18 +331,20 @@ impl Run {
             tracing::debug!("not a subreaper: {e}");
         }
         let sigchld = unix_signal(SignalKind::child()).ok();
-        // No `.await` from here to `register_leader`: the runtime is single-threaded, so no
-        // `reap_orphans` can run in between and take the leader's status (nor race std's own
-        // wait for a child whose exec failed).
         // A leader in a process group of its own needs the terminal handed to it, or its first
         // read from it stops it (SIGTTIN).
         let terminal = (cmd.wants_terminal()
             && (cmd.starts_own_group() || backend.kind() == BackendKind::Pgid))
             .then(Foreground::if_foreground)
             .flatten();
+        // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
+        // `reap_orphans` can take the leader's status, nor the status of a child whose exec
+        // failed, which std's spawn waits for itself.
+        let reaping = reap::hold();
         let spawned = match command::spawn(cmd, &backend, terminal.as_ref()) {
             Ok(s) => s,
             Err(e) => {
+                drop(reaping);
                 if let Some(t) = &terminal {
                     t.take_back_after_failed_spawn();
                 }
@@ -356,7 +358,7 @@ impl Run {
             how = spawned.how,
             "leader started"
         );
-        reap::register_leader(pid);
+        reaping.register_leader(pid);
         backend.spawned(pid);
         let leader = match spawned.handle {
             Ok(fd) => fd,
