@@ -147,6 +147,8 @@ pub enum StartError {
     NotFound(String),
     /// 126: it exists but cannot be executed.
     NotExecutable(String),
+    /// 126: its arguments and environment are over the kernel's limits for exec (E2BIG).
+    TooLarge(String),
     /// 125: reaper itself failed (no containment, no pidfd…).
     Reaper(String),
 }
@@ -155,13 +157,16 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::NotFound(_) => 127,
-            StartError::NotExecutable(_) => 126,
+            StartError::NotExecutable(_) | StartError::TooLarge(_) => 126,
             StartError::Reaper(_) => 125,
         }
     }
     pub fn message(&self) -> &str {
         match self {
-            StartError::NotFound(m) | StartError::NotExecutable(m) | StartError::Reaper(m) => m,
+            StartError::NotFound(m)
+            | StartError::NotExecutable(m)
+            | StartError::TooLarge(m)
+            | StartError::Reaper(m) => m,
         }
     }
 }
@@ -294,8 +299,10 @@ pub struct Run {
     sink: EventSink,
     started: Instant,
     stop_at: Option<Instant>,
-    /// Pids this run signalled to stop it (a pid is not reused within one teardown: the
-    /// killed processes are ours to reap, or PID 1's, and the tree forks no more).
+    /// The processes a stop ended, by pid: every one alive when the stop began (whoever ended
+    /// it: reaper's signals, or the leader stopping its own tree), and every one reaper killed
+    /// after. A pid is not reused within one teardown: the killed processes are ours to reap,
+    /// or PID 1's, and the tree forks no more.
     stopped: HashSet<i32>,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,
@@ -516,24 +523,28 @@ impl Run {
         }
         if !grace.is_zero() && first != Signal::KILL {
             let reached = match to {
-                FirstTo::All => self.backend.signal_all(first),
+                // Each member is counted as it is reached: `signal_all` lists the members
+                // before it signals them, so one that dies of the signal is counted too.
+                FirstTo::All => {
+                    let reached = self.backend.signal_all(first);
+                    self.record(&reached);
+                    reached.len()
+                }
+                // Counted before the signal: the leader may die of it (and its tree with it)
+                // before any later look, yet it was alive when the stop began.
                 FirstTo::Leader => {
-                    let leader = self.leader_pid();
+                    let alive = self.backend.pids();
                     let sent = self.signal_leader(first);
-                    self.backend
-                        .members()
-                        .into_iter()
-                        .filter(|m| sent && m.pid == leader)
-                        .collect()
+                    self.stopped.extend(alive);
+                    usize::from(sent)
                 }
             };
-            self.record(&reached);
             self.sink.emit(Event::Signalled {
                 signal: signal::name(first),
-                n: reached.len(),
+                n: reached,
                 via: signal::VIA_HANDLE,
             });
-            if first != Signal::CONT && !reached.is_empty() {
+            if first != Signal::CONT && reached > 0 {
                 self.backend.signal_all(Signal::CONT);
             }
             let deadline = Instant::now() + grace;
@@ -712,6 +723,13 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
             "cannot move '{program}' into its cgroup before exec; run `reaper doctor`"
         ));
     }
+    // `command::spawn` has said by how much (E2BIG comes back as this kind).
+    if e.kind() == std::io::ErrorKind::ArgumentListTooLong {
+        return StartError::TooLarge(format!(
+            "cannot run '{program}': its arguments and environment are too large for exec \
+             (E2BIG): {e}; pass large data through a file or stdin instead"
+        ));
+    }
     match errno {
         Some(Errno::NOENT) => {
             StartError::NotFound(format!("cannot run '{program}': command not found"))
@@ -729,3 +747,6 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
         _ => StartError::Reaper(format!("cannot start '{program}': {e}")),
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;
