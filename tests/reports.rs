@@ -4,6 +4,7 @@
 mod common;
 mod mcp_support;
 
+use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
 use common::{cgroup_usable, code, read_report, reaper, stderr};
@@ -100,4 +101,90 @@ async fn an_mcp_call_with_10_mb_of_env_is_a_launch_failure_that_says_why() {
         )
         .await;
     assert_eq!(r.is_error, Some(false), "{}", text(&r));
+}
+
+/// execve(2)'s limit on arguments plus environment here: a quarter of the stack size limit, at
+/// most 6 MiB, at least 128 KiB (fs/exec.c, `bprm_stack_limits`).
+fn exec_limit() -> usize {
+    let stack = rustix::process::getrlimit(rustix::process::Resource::Stack).current;
+    let quarter = stack.map_or(usize::MAX, |s| usize::try_from(s / 4).unwrap_or(usize::MAX));
+    quarter.clamp(128 << 10, 6 << 20)
+}
+
+/// issue 10 item 9, `reaper run`: E2BIG from the leader's exec was "cannot start …", exit 125
+/// (reaper's own failure). It is 126 ("cannot invoke", as GNU timeout says) with a message that
+/// says the arguments and environment are too large. reaper's own exec takes the same argv and
+/// environment, so the leader's can only be larger by what differs: execve copies the file
+/// name it runs as well as argv, and here that is a ~3 KB path where reaper's is short. reaper
+/// is started ~1.5 KB under the limit, so its leader is ~1.5 KB over. Every spawn path.
+#[test]
+fn a_leader_too_large_to_exec_is_126_and_says_so() {
+    let dir = tempfile::Builder::new()
+        .prefix("reaper-test-")
+        .tempdir()
+        .expect("temp dir");
+    let mut long = dir.path().to_path_buf();
+    for _ in 0..12 {
+        long.push("d".repeat(250));
+    }
+    std::fs::create_dir_all(&long).expect("a long directory path");
+    let program = long.join("prog");
+    std::fs::write(&program, "#!/bin/sh\nexit 0\n").expect("write the program");
+    std::fs::set_permissions(
+        &program,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod");
+    let program = program.to_str().expect("a UTF-8 path").to_owned();
+    let reaper_path = env!("CARGO_BIN_EXE_reaper");
+    let limit = exec_limit();
+    for (backend, clone3) in [("cgroup", "1"), ("cgroup", "0"), ("pgid", "1")] {
+        if backend == "cgroup" && !cgroup_usable() {
+            eprintln!("skipped ({backend}): the cgroup backend is not usable here");
+            continue;
+        }
+        let env = [("REAPER_CLONE3", clone3), ("RUST_LOG", "warn")];
+        let head = ["r", "run", "--containment", backend, "--", &program];
+        // What execve counts for reaper itself: its file name, and every argument and variable
+        // with its NUL and a pointer to it.
+        let strings = |args: &[&str]| -> usize {
+            args.iter().map(|a| a.len() + 1 + 8).sum::<usize>()
+                + env
+                    .iter()
+                    .map(|(k, v)| k.len() + v.len() + 2 + 8)
+                    .sum::<usize>()
+        };
+        let base = reaper_path.len() + 1 + strings(&head);
+        let mut left = limit - 1500 - base;
+        const CHUNK: usize = 100_000;
+        let mut pads: Vec<String> = Vec::new();
+        while left > CHUNK + 9 + 20 {
+            pads.push("p".repeat(CHUNK));
+            left -= CHUNK + 9;
+        }
+        pads.push("p".repeat(left - 9));
+        let out = std::process::Command::new(reaper_path)
+            .arg0("r")
+            .args(&head[1..])
+            .args(&pads)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::null())
+            .output()
+            .expect("reaper itself starts (its argv is under the limit)");
+        let err = stderr(&out);
+        assert_eq!(code(&out), 126, "{backend}/{clone3}: {err}");
+        let want = format!(
+            "reaper: cannot run '{program}': its arguments and environment are too large for \
+             exec (E2BIG): "
+        );
+        assert!(
+            err.starts_with(&want)
+                && err.contains(&format!(", over this system's limit of {limit} bytes"))
+                && err
+                    .trim_end()
+                    .ends_with("; pass large data through a file or stdin instead"),
+            "{backend}/{clone3}: {err}"
+        );
+    }
 }

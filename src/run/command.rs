@@ -141,9 +141,9 @@ impl LeaderCommand {
         cmd
     }
 
-    /// What execve(2) counts against its limits for this command: each argument and
-    /// environment string (reaper's environment with `envs` on top) with its NUL, plus a pointer
-    /// to each. Computed only to explain an E2BIG.
+    /// What execve(2) counts against its limits for this command: the file name, and each
+    /// argument and environment string (reaper's environment with `envs` on top), each with its
+    /// NUL, plus a pointer to each string. Computed only to explain an E2BIG.
     fn exec_size(&self) -> ExecSize {
         let mut env: std::collections::BTreeMap<OsString, usize> = std::env::vars_os()
             .map(|(k, v)| {
@@ -158,7 +158,11 @@ impl LeaderCommand {
             .chain(&self.args)
             .map(|a| a.len() + 1)
             .chain(env.into_values());
-        let mut size = ExecSize::default();
+        // execve(2) copies the file name it runs too (no pointer to it): here the program.
+        let mut size = ExecSize {
+            total: self.program.len() + 1,
+            largest: 0,
+        };
         for n in strings {
             size.total += n + std::mem::size_of::<usize>();
             size.largest = size.largest.max(n);
@@ -204,18 +208,41 @@ impl ExecSize {
                 self.largest
             );
         }
-        // SAFETY: sysconf(3) only reads a system value; -1 (unknown) is handled below.
-        let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
-        let limit = if arg_max > 0 {
-            format!("{arg_max} bytes (ARG_MAX; on Linux a quarter of `ulimit -s`)")
-        } else {
-            "ARG_MAX".into()
+        let (limit, what) = exec_limit();
+        // A `#!` interpreter line adds to the arguments after this count: "near", not "over".
+        let rel = match limit {
+            Some(n) if self.total <= n => "near",
+            _ => "over",
+        };
+        let limit = match limit {
+            Some(n) => format!("{n} bytes ({what})"),
+            None => what.into(),
         };
         format!(
-            "{} bytes in all, over this system's limit of {limit}",
+            "{} bytes in all (each string with its NUL, and a pointer to it), {rel} this \
+             system's limit of {limit}",
             self.total
         )
     }
+}
+
+/// The total execve(2) allows: a quarter of the stack size limit, at most 6 MiB (three quarters
+/// of `_STK_LIM`), at least 128 KiB (fs/exec.c, `bprm_stack_limits`).
+#[cfg(target_os = "linux")]
+fn exec_limit() -> (Option<usize>, &'static str) {
+    let stack = rustix::process::getrlimit(rustix::process::Resource::Stack).current;
+    let quarter = stack.map_or(usize::MAX, |s| usize::try_from(s / 4).unwrap_or(usize::MAX));
+    (
+        Some(quarter.clamp(128 << 10, 6 << 20)),
+        "a quarter of the stack size limit, `ulimit -s`, at most 6 MiB",
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exec_limit() -> (Option<usize>, &'static str) {
+    // SAFETY: sysconf(3) only reads a system value; -1 (unknown) is handled.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    (usize::try_from(arg_max).ok().filter(|&n| n > 0), "ARG_MAX")
 }
 
 /// A started leader, not reaped yet. `handle` is an error when the pidfd could not be opened

@@ -89,9 +89,8 @@ async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
 /// issue 10 item 9: E2BIG from exec (10 MB of `env` in an MCP call) was reported as reaper's own
 /// failure: "reaper cannot contain this call", exit 125. It is the command that cannot be
 /// invoked (126, as GNU timeout says it), and the message says why and what to do. Both spawn
-/// paths: clone3 (cgroup backend) and std's fork + exec (pgid backend). `reaper run` cannot
-/// be driven into this from outside: its own exec would fail first, with the same argv and
-/// environment (see tests/reports.rs for the MCP server, which adds the call's `env`).
+/// paths: clone3 (cgroup backend) and std's fork + exec (pgid backend), and both limits (one
+/// string, the total). End to end: tests/reports.rs, for `reaper run` and `reaper mcp`.
 #[tokio::test(flavor = "current_thread")]
 async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
     let Some(mut probe) = start(&["true"]).await else {
@@ -115,7 +114,7 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
             (
                 "in all",
                 many.clone(),
-                "bytes in all, over this system's limit of ",
+                "bytes in all (each string with its NUL, and a pointer to it), over this system's limit of ",
             ),
         ] {
             let e = match start_with(requested, &["true"], env).await {
