@@ -30,7 +30,7 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::procfs;
+use reaper_platform::linux::{procfs, reap};
 
 use crate::containment::setup;
 
@@ -44,6 +44,8 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 #[derive(Debug)]
 pub struct Guardian {
     pid: i32,
+    /// Its start time, read while it was certainly our unreaped child (see [`Guardian::spawn`]).
+    starttime: u64,
     /// A pidfd on the guardian (reaper's child), to see it stopped or gone.
     handle: Option<Pidfd>,
     channel: Mutex<Channel>,
@@ -86,6 +88,9 @@ impl Guardian {
         unsafe {
             cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
         }
+        // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
+        // failed, and until the lock is let go the guardian's pid is its own.
+        let reaping = reap::hold();
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start the guardian: {e}"))?;
@@ -101,12 +106,17 @@ impl Guardian {
             })?;
         }
         let gpid = child.id() as i32;
-        // Not reaped yet: reaping (`reap::reap_orphans`, which reaps the guardian like any other
-        // non-leader child) runs on this thread's runtime, never between the spawn and here,
-        // so the pid still names the guardian.
+        // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
+        // exits, and its pid may then be reused. Until the reaping lock is let go it cannot be:
+        // read its start time and open its pidfd now.
+        let starttime = procfs::stat(gpid)
+            .map_err(|e| format!("cannot read the guardian's /proc/{gpid}/stat: {e}"))?
+            .starttime;
         let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
+        drop(reaping);
         Ok(Guardian {
             pid: gpid,
+            starttime,
             handle,
             channel: Mutex::new(Channel {
                 pipe,
@@ -120,6 +130,11 @@ impl Guardian {
 
     pub fn pid(&self) -> i32 {
         self.pid
+    }
+
+    /// The guardian's start time: with [`Guardian::pid`], names it even after it was reaped.
+    pub fn starttime(&self) -> u64 {
+        self.starttime
     }
 
     /// reaper is about to create cgroups under `dir`: if reaper dies, the guardian kills and
@@ -377,6 +392,7 @@ mod tests {
         }
         let g = Guardian {
             pid: 1,
+            starttime: 0,
             handle: None,
             channel: Mutex::new(Channel {
                 pipe: Some(ChildStdin::from(w)),

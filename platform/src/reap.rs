@@ -2,17 +2,40 @@
 //!
 //! Two callers need `wait`: a run waiting for its leader (through the leader's pidfd,
 //! `waitid(P_PIDFD)`), and the subreaper duty of reaping orphans that reparented to us
-//! (`waitpid(-1)`). The second would steal the first's status, so both go through one lock and
+//! (`waitid(P_ALL)`). The second would steal the first's status, so both go through one lock and
 //! one table: whoever reaps a registered leader stores its status there for the run to take.
+//!
+//! `P_ALL`, not `waitpid(0)`: an orphan reparents to reaper in whatever process group and session
+//! it made for itself (a setsid escapee), and `waitpid(0)` reaps only children in reaper's own
+//! group, so such orphans stayed zombies for as long as reaper ran.
+//!
+//! The rule, for every child reaper creates (Linux): **[`reap_orphans`] may reap any child at any
+//! moment, on any thread, so a child that some other code waits for is created with the reaping
+//! lock held ([`hold`]) and is either registered before the lock is let go, or waited for
+//! before.** Where reaper waits for a child:
+//! - a run's leader: created under [`hold`] and registered through [`Spawning::register_leader`];
+//!   its status is then taken from the table, whoever reaped it;
+//! - inside a spawn: std's `Command::spawn` reaps a child whose exec failed (and panics if that
+//!   child was reaped by someone else), the clone3 spawn's `kill_and_reap` likewise: both run
+//!   under the same [`hold`];
+//! - the guardian: never waited for (reaped here like an orphan once it exits); it is spawned
+//!   under [`hold`] so its start time is read while its pid is still its own, and the subreaper
+//!   backend leaves it out by pid *and* start time, so a reused pid is not skipped;
+//! - `reaper doctor`'s clone3 probe: under [`hold`], through the probe's pidfd;
+//! - nothing else: no `Child::wait`/`output`, no `tokio::process` (the pgid backend's `ps` runs
+//!   only on macOS, where this module never reaps what it did not register).
 //!
 //! macOS has no subreaper: no orphan ever becomes reaper's child, so there is nothing to reap
 //! but the leaders, each by its own pid (`waitpid(PID)`). `waitpid(-1)` there would only steal
-//! the status of a child someone else waits for: the `ps` the pgid backend runs.
+//! the status of a child someone else waits for: the `ps` the pgid backend runs (off the runtime
+//! thread).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use rustix::process::{Pid, WaitOptions};
+use rustix::process::Pid;
+#[cfg(not(target_os = "linux"))]
+use rustix::process::WaitOptions;
 
 use crate::process::Handle;
 use crate::ExitStatus;
@@ -44,9 +67,23 @@ fn leaders() -> Table {
     Table(guard)
 }
 
-/// Marks `pid` (our child) as a leader whose status a run will collect.
-pub fn register_leader(pid: Pid) {
-    leaders().insert(pid.as_raw_nonzero().get(), None);
+/// The reaping lock, held while a child is being created (see [`hold`]).
+pub struct Spawning(Table);
+
+/// Takes the reaping lock for the creation of a child: until it is let go, no [`reap_orphans`]
+/// on any thread reaps anything, so a spawn that waits for its own failed child gets its status,
+/// and a leader is registered before anyone could reap it. Nothing else of this module may be
+/// called while it is held (the lock is not reentrant), and it must not be held across an
+/// `.await`.
+pub fn hold() -> Spawning {
+    Spawning(leaders())
+}
+
+impl Spawning {
+    /// Marks `pid` (our child) as a leader whose status a run will collect; lets go of the lock.
+    pub fn register_leader(mut self, pid: Pid) {
+        self.0.insert(pid.as_raw_nonzero().get(), None);
+    }
 }
 
 /// Forgets a leader (its run is done with it).
@@ -151,24 +188,54 @@ pub fn reap_orphans() -> usize {
     0
 }
 
-/// Reaps every exited child without blocking; a registered leader's status is kept for its run.
-/// Returns how many non-leader children were reaped. ECHILD (no children) is the normal end.
+/// Reaps every exited child without blocking, in any process group or session; a registered
+/// leader's status is kept for its run. Returns how many non-leader children were reaped.
+/// ECHILD (no children) is the normal end.
 #[cfg(target_os = "linux")]
 pub fn reap_orphans() -> usize {
     let mut table = leaders();
     let mut reaped = 0;
     loop {
-        match rustix::process::waitpid(None::<Pid>, WaitOptions::NOHANG) {
+        match wait_any_nohang() {
             Ok(Some((pid, st))) => {
-                let key = pid.as_raw_nonzero().get();
-                if let Some(slot) = table.get_mut(&key) {
-                    *slot = Some(decode_wait(st));
+                if let Some(slot) = table.get_mut(&pid) {
+                    *slot = Some(st);
                 } else {
                     reaped += 1;
                 }
             }
+            Err(rustix::io::Errno::INTR) => continue,
             Ok(None) | Err(_) => return reaped,
         }
+    }
+}
+
+/// `waitid(P_ALL, WEXITED | WNOHANG)`: one exited child of any group, with its pid. (rustix's
+/// `waitid` does not hand out `si_pid`, and its `waitpid(None)` is `waitpid(0)`.)
+#[cfg(target_os = "linux")]
+fn wait_any_nohang() -> rustix::io::Result<Option<(i32, ExitStatus)>> {
+    // SAFETY: `info` is a zeroed siginfo_t that waitid(2) fills in (or leaves zeroed: WNOHANG
+    // with no exited child); the si_pid/si_status accessors read the SIGCHLD fields, which are
+    // the ones waitid sets.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG) != 0 {
+            return Err(rustix::io::Errno::from_raw_os_error(
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            ));
+        }
+        let pid = info.si_pid();
+        if pid == 0 {
+            return Ok(None);
+        }
+        let status = info.si_status();
+        let st = match info.si_code {
+            libc::CLD_KILLED | libc::CLD_DUMPED => ExitStatus::Signal(status),
+            _ => ExitStatus::Code(status),
+        };
+        Ok(Some((pid, st)))
     }
 }
 
@@ -182,6 +249,7 @@ fn decode_waitid(st: &rustix::process::WaitIdStatus) -> ExitStatus {
     }
 }
 
+#[cfg(not(target_os = "linux"))]
 fn decode_wait(st: rustix::process::WaitStatus) -> ExitStatus {
     match (st.exit_status(), st.terminating_signal()) {
         (_, Some(sig)) => ExitStatus::Signal(sig),

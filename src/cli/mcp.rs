@@ -184,6 +184,18 @@ async fn serve(mut cfg: Config) -> u8 {
     if !cfg.flags.args.is_empty() {
         tracing::info!("server-level codex exec flags: {:?}", cfg.flags.args);
     }
+    // A call's orphans reparent to reaper (a subreaper) and die as its children. A cgroup reads
+    // empty a moment before its last process is a zombie (cgroup_exit comes before exit_notify
+    // in the kernel's do_exit), so the call's own last reap can miss one: reap on every SIGCHLD,
+    // calls or no calls, so no zombie waits for the next call.
+    #[cfg(target_os = "linux")]
+    if let Ok(mut sigchld) = unix_signal(SignalKind::child()) {
+        tokio::spawn(async move {
+            while sigchld.recv().await.is_some() {
+                reaper_platform::reap::reap_orphans();
+            }
+        });
+    }
     let guardian = cfg.contain.guardian.clone();
     let shutdown = CancellationToken::new();
     let eof = CancellationToken::new();

@@ -149,6 +149,15 @@ impl Containment for CgroupBackend {
         }
     }
 
+    /// `cgroup.procs` of the run's cgroup and its descendants: one read each, no /proc walk.
+    fn pids(&self) -> Vec<i32> {
+        self.cgroup
+            .subtree_procs()
+            .into_iter()
+            .map(|p| p.as_raw_nonzero().get())
+            .collect()
+    }
+
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         let mut reached = Vec::new();
         for m in self.members() {
@@ -173,12 +182,7 @@ impl Containment for CgroupBackend {
             // Kill first, describe after: reading /proc/PID/stat for a thousand processes takes
             // longer than the kill, and the tree keeps running meanwhile. The pids are only
             // counted, so cgroup.procs alone names them (no start time, no name).
-            let pids: Vec<i32> = self
-                .cgroup
-                .subtree_procs()
-                .into_iter()
-                .map(|p| p.as_raw_nonzero().get())
-                .collect();
+            let pids = self.pids();
             if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
                 tracing::warn!("{e}");
             }

@@ -80,6 +80,12 @@ pub trait Containment {
     fn is_empty(&self) -> bool {
         self.members().is_empty()
     }
+    /// The pids of the live processes, as cheaply as the backend can tell (no start time, no
+    /// name): what a stop counts before it signals anyone. May include a process that is
+    /// exiting.
+    fn pids(&self) -> Vec<i32> {
+        self.members().into_iter().map(|m| m.pid).collect()
+    }
     /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
     fn signal_all(&self, sig: Signal) -> Vec<Member>;
     /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
@@ -146,6 +152,9 @@ impl Containment for Backend {
     }
     fn is_empty(&self) -> bool {
         each!(self, b => b.is_empty())
+    }
+    fn pids(&self) -> Vec<i32> {
+        each!(self, b => b.pids())
     }
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         each!(self, b => b.signal_all(sig))

@@ -22,8 +22,8 @@ use super::{BackendKind, Containment, Member};
 
 pub struct SubreaperBackend {
     self_pid: i32,
-    /// Subtrees that are not the run's (reaper's guardian).
-    exclude: Vec<i32>,
+    /// Subtrees that are not the run's (reaper's guardian), by `(pid, starttime)`.
+    exclude: Vec<(i32, u64)>,
     sigchld: Option<SignalStream>,
 }
 
@@ -37,9 +37,11 @@ impl SubreaperBackend {
         })
     }
 
-    /// Leaves `pid`'s subtree out of the run (reaper's own helpers).
-    pub fn exclude(&mut self, pid: i32) {
-        self.exclude.push(pid);
+    /// Leaves the subtree of `pid` (started at `starttime`) out of the run (reaper's own
+    /// helpers). The start time matters: a helper that exits is reaped like any orphan, and its
+    /// pid may then be reused by a process of the run.
+    pub fn exclude(&mut self, pid: i32, starttime: u64) {
+        self.exclude.push((pid, starttime));
     }
 }
 

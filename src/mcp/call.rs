@@ -139,6 +139,10 @@ pub async fn run(
                 StartError::Reaper(m) => {
                     Ending::NotContained(format!("reaper cannot contain this call: {m}"))
                 }
+                // Not a wrong $CODEX_CMD: the call's `env` (or the server's) is too large.
+                StartError::TooLarge(m) => {
+                    Ending::LaunchFailed(format!("failed to launch codex binary: {m}"))
+                }
                 other => Ending::LaunchFailed(format!(
                     "failed to launch codex binary: {} (check $CODEX_CMD)",
                     other.message()

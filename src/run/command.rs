@@ -127,16 +127,122 @@ impl LeaderCommand {
             .collect()
     }
 
-    fn into_std(self) -> std::process::Command {
+    /// std's `Command` for this command. Takes the stdio out (it is moved into the `Command`);
+    /// the rest stays, so a failed spawn can still be explained ([`LeaderCommand::explain`]).
+    fn take_std(&mut self) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.program);
-        cmd.args(&self.args).envs(self.envs);
-        let [i, o, e] = self.stdio;
+        cmd.args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)));
+        let [i, o, e] = std::mem::replace(&mut self.stdio, [Io::Inherit, Io::Inherit, Io::Inherit]);
         cmd.stdin(i).stdout(o).stderr(e);
         if self.new_process_group {
             std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         }
         cmd
     }
+
+    /// What execve(2) counts against its limits for this command: the file name, and each
+    /// argument and environment string (reaper's environment with `envs` on top), each with its
+    /// NUL, plus a pointer to each string. Computed only to explain an E2BIG.
+    fn exec_size(&self) -> ExecSize {
+        let mut env: std::collections::BTreeMap<OsString, usize> = std::env::vars_os()
+            .map(|(k, v)| {
+                let n = k.len() + v.len() + 2;
+                (k, n)
+            })
+            .collect();
+        for (k, v) in &self.envs {
+            env.insert(k.clone(), k.len() + v.len() + 2);
+        }
+        let strings = std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.len() + 1)
+            .chain(env.into_values());
+        // execve(2) copies the file name it runs too (no pointer to it): here the program.
+        let mut size = ExecSize {
+            total: self.program.len() + 1,
+            largest: 0,
+        };
+        for n in strings {
+            size.total += n + std::mem::size_of::<usize>();
+            size.largest = size.largest.max(n);
+        }
+        size
+    }
+
+    /// A spawn error as the user needs it: E2BIG (the exec's arguments and environment are over
+    /// the kernel's limits) becomes an `ArgumentListTooLong` error that says by how much.
+    fn explain(&self, e: std::io::Error) -> std::io::Error {
+        if e.raw_os_error() != Some(libc::E2BIG) {
+            return e;
+        }
+        std::io::Error::new(
+            std::io::ErrorKind::ArgumentListTooLong,
+            self.exec_size().describe(),
+        )
+    }
+}
+
+/// The size of an exec's arguments and environment, as execve(2) counts it.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct ExecSize {
+    /// Every string with its NUL, plus a pointer for each.
+    total: usize,
+    /// The longest single string, with its NUL.
+    largest: usize,
+}
+
+/// Linux's limit on one argument or environment string, NUL included: 32 pages
+/// (`MAX_ARG_STRLEN`, include/uapi/linux/binfmts.h); E2BIG above it, whatever the total.
+#[cfg(target_os = "linux")]
+const MAX_ARG_STRLEN: usize = 32 * 4096;
+
+impl ExecSize {
+    /// Which limit was passed, in numbers.
+    fn describe(self) -> String {
+        #[cfg(target_os = "linux")]
+        if self.largest > MAX_ARG_STRLEN {
+            return format!(
+                "one argument or environment variable is {} bytes, over the {MAX_ARG_STRLEN}-byte \
+                 limit for a single one",
+                self.largest
+            );
+        }
+        let (limit, what) = exec_limit();
+        // A `#!` interpreter line adds to the arguments after this count: "near", not "over".
+        let rel = match limit {
+            Some(n) if self.total <= n => "near",
+            _ => "over",
+        };
+        let limit = match limit {
+            Some(n) => format!("{n} bytes ({what})"),
+            None => what.into(),
+        };
+        format!(
+            "{} bytes in all (each string with its NUL, and a pointer to it), {rel} this \
+             system's limit of {limit}",
+            self.total
+        )
+    }
+}
+
+/// The total execve(2) allows: a quarter of the stack size limit, at most 6 MiB (three quarters
+/// of `_STK_LIM`), at least 128 KiB (fs/exec.c, `bprm_stack_limits`).
+#[cfg(target_os = "linux")]
+fn exec_limit() -> (Option<usize>, &'static str) {
+    let stack = rustix::process::getrlimit(rustix::process::Resource::Stack).current;
+    let quarter = stack.map_or(usize::MAX, |s| usize::try_from(s / 4).unwrap_or(usize::MAX));
+    (
+        Some(quarter.clamp(128 << 10, 6 << 20)),
+        "a quarter of the stack size limit, `ulimit -s`, at most 6 MiB",
+    )
+}
+
+#[cfg(not(target_os = "linux"))]
+fn exec_limit() -> (Option<usize>, &'static str) {
+    // SAFETY: sysconf(3) only reads a system value; -1 (unknown) is handled.
+    let arg_max = unsafe { libc::sysconf(libc::_SC_ARG_MAX) };
+    (usize::try_from(arg_max).ok().filter(|&n| n > 0), "ARG_MAX")
 }
 
 /// A started leader, not reaped yet. `handle` is an error when the pidfd could not be opened
@@ -150,10 +256,10 @@ pub(super) struct Spawned {
 }
 
 /// Starts `cmd` into `backend`. An `Err` is the spawn's own error (not found, not executable,
-/// could not join the cgroup); nothing is left running then.
+/// too large to exec, could not join the cgroup); nothing is left running then.
 /// `terminal`: the leader makes its new group the terminal's foreground group before exec.
 pub(super) fn spawn(
-    cmd: LeaderCommand,
+    mut cmd: LeaderCommand,
     backend: &Backend,
     terminal: Option<&Foreground>,
 ) -> std::io::Result<Spawned> {
@@ -163,7 +269,7 @@ pub(super) fn spawn(
         if clone3::usable() {
             match clone3::spawn(&cmd, dir, tty) {
                 Ok(s) => return Ok(s),
-                Err(clone3::Error::Failed(e)) => return Err(e),
+                Err(clone3::Error::Failed(e)) => return Err(cmd.explain(e)),
                 Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
                 Err(clone3::Error::CgroupRefused(e)) => {
                     tracing::debug!(
@@ -173,7 +279,7 @@ pub(super) fn spawn(
             }
         }
     }
-    spawn_std(cmd, backend, tty)
+    spawn_std(&mut cmd, backend, tty).map_err(|e| cmd.explain(e))
 }
 
 /// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
@@ -182,6 +288,8 @@ pub(super) fn spawn(
 pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     let mut cmd = LeaderCommand::new("/proc/self/exe");
     cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
+    // Under the reaping lock: the probe is waited for here (see reap.rs).
+    let _reaping = reaper_platform::reap::hold();
     let spawned = match clone3::spawn(&cmd, cgroup, None) {
         Ok(s) => s,
         Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
@@ -209,11 +317,11 @@ pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
 }
 
 fn spawn_std(
-    cmd: LeaderCommand,
+    cmd: &mut LeaderCommand,
     backend: &Backend,
     tty: Option<std::os::fd::RawFd>,
 ) -> std::io::Result<Spawned> {
-    let mut cmd = cmd.into_std();
+    let mut cmd = cmd.take_std();
     backend.prepare(&mut cmd);
     if let Some(tty) = tty {
         use std::os::unix::process::CommandExt;

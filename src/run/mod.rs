@@ -114,7 +114,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
                 if let Some(g) = &opts.guardian {
-                    b.exclude(g.pid());
+                    b.exclude(g.pid(), g.starttime());
                 }
                 Backend::Subreaper(b)
             })
@@ -183,6 +183,8 @@ pub enum StartError {
     NotFound(String),
     /// 126: it exists but cannot be executed.
     NotExecutable(String),
+    /// 126: its arguments and environment are over the kernel's limits for exec (E2BIG).
+    TooLarge(String),
     /// 125: reaper itself failed (no containment, no pidfd…).
     Reaper(String),
 }
@@ -191,13 +193,16 @@ impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
             StartError::NotFound(_) => 127,
-            StartError::NotExecutable(_) => 126,
+            StartError::NotExecutable(_) | StartError::TooLarge(_) => 126,
             StartError::Reaper(_) => 125,
         }
     }
     pub fn message(&self) -> &str {
         match self {
-            StartError::NotFound(m) | StartError::NotExecutable(m) | StartError::Reaper(m) => m,
+            StartError::NotFound(m)
+            | StartError::NotExecutable(m)
+            | StartError::TooLarge(m)
+            | StartError::Reaper(m) => m,
         }
     }
 }
@@ -330,8 +335,10 @@ pub struct Run {
     sink: EventSink,
     started: Instant,
     stop_at: Option<Instant>,
-    /// Pids this run signalled to stop it (a pid is not reused within one teardown: the
-    /// killed processes are ours to reap, or PID 1's, and the tree forks no more).
+    /// The processes a stop ended, by pid: every one alive when the stop began (whoever ended
+    /// it: reaper's signals, or the leader stopping its own tree), and every one reaper killed
+    /// after. A pid is not reused within one teardown: the killed processes are ours to reap,
+    /// or PID 1's, and the tree forks no more.
     stopped: HashSet<i32>,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,
@@ -357,18 +364,20 @@ impl Run {
             tracing::debug!("not a subreaper: {e}");
         }
         let sigchld = unix_signal(SignalKind::child()).ok();
-        // No `.await` from here to `register_leader`: the runtime is single-threaded, so no
-        // `reap_orphans` can run in between and take the leader's status (nor race std's own
-        // wait for a child whose exec failed).
         // A leader in a process group of its own needs the terminal handed to it, or its first
         // read from it stops it (SIGTTIN).
         let terminal = (cmd.wants_terminal()
             && (cmd.starts_own_group() || backend.kind() == BackendKind::Pgid))
             .then(Foreground::if_foreground)
             .flatten();
+        // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
+        // `reap_orphans` can take the leader's status, nor the status of a child whose exec
+        // failed, which std's spawn waits for itself.
+        let reaping = reap::hold();
         let spawned = match command::spawn(cmd, &backend, terminal.as_ref()) {
             Ok(s) => s,
             Err(e) => {
+                drop(reaping);
                 if let Some(t) = &terminal {
                     t.take_back_after_failed_spawn();
                 }
@@ -382,7 +391,7 @@ impl Run {
             how = spawned.how,
             "leader started"
         );
-        reap::register_leader(pid);
+        reaping.register_leader(pid);
         backend.spawned(pid);
         let leader = match spawned.handle {
             Ok(fd) => fd,
@@ -551,24 +560,28 @@ impl Run {
         }
         if !grace.is_zero() && first != Signal::KILL {
             let reached = match to {
-                FirstTo::All => self.backend.signal_all(first),
+                // Each member is counted as it is reached: `signal_all` lists the members
+                // before it signals them, so one that dies of the signal is counted too.
+                FirstTo::All => {
+                    let reached = self.backend.signal_all(first);
+                    self.record(&reached);
+                    reached.len()
+                }
+                // Counted before the signal: the leader may die of it (and its tree with it)
+                // before any later look, yet it was alive when the stop began.
                 FirstTo::Leader => {
-                    let leader = self.leader_pid();
+                    let alive = self.backend.pids();
                     let sent = self.signal_leader(first);
-                    self.backend
-                        .members()
-                        .into_iter()
-                        .filter(|m| sent && m.pid == leader)
-                        .collect()
+                    self.stopped.extend(alive);
+                    usize::from(sent)
                 }
             };
-            self.record(&reached);
             self.sink.emit(Event::Signalled {
                 signal: signal::name(first),
-                n: reached.len(),
+                n: reached,
                 via: signal::VIA_HANDLE,
             });
-            if first != Signal::CONT && !reached.is_empty() {
+            if first != Signal::CONT && reached > 0 {
                 self.backend.signal_all(Signal::CONT);
             }
             let deadline = Instant::now() + grace;
@@ -739,6 +752,13 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
             "cannot move '{program}' into its cgroup before exec; run `reaper doctor`"
         ));
     }
+    // `command::spawn` has said by how much (E2BIG comes back as this kind).
+    if e.kind() == std::io::ErrorKind::ArgumentListTooLong {
+        return StartError::TooLarge(format!(
+            "cannot run '{program}': its arguments and environment are too large for exec \
+             (E2BIG): {e}; pass large data through a file or stdin instead"
+        ));
+    }
     match errno {
         Some(Errno::NOENT) => {
             StartError::NotFound(format!("cannot run '{program}': command not found"))
@@ -756,3 +776,6 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
         _ => StartError::Reaper(format!("cannot start '{program}': {e}")),
     }
 }
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;

@@ -110,16 +110,17 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// Every descendant of `root` (not `root` itself), depth first, zombies included; `skip`
-/// prunes a subtree (reaper's guardian, say).
-pub fn descendants(root: i32, skip: &[i32]) -> Vec<ProcStat> {
+/// prunes the subtree of each `(pid, starttime)` (reaper's guardian, say). By start time too:
+/// once a skipped process is reaped its pid may be reused by a process that must not be skipped.
+pub fn descendants(root: i32, skip: &[(i32, u64)]) -> Vec<ProcStat> {
     let mut out = Vec::new();
     let mut queue = vec![root];
     while let Some(p) = queue.pop() {
         for c in children(p) {
-            if skip.contains(&c) {
-                continue;
-            }
             if let Ok(s) = stat(c) {
+                if skip.contains(&(c, s.starttime)) {
+                    continue;
+                }
                 queue.push(c);
                 out.push(s);
             }

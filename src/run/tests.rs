@@ -1,0 +1,141 @@
+//! A run's stop on the real cgroup backend, from inside: what only the MCP server's log shows
+//! (`killed` of a cancelled or timed-out call), checked where a test can see it.
+
+use super::*;
+
+/// Starts `argv` with `env` on top of reaper's, contained as `requested`.
+async fn start_with(
+    requested: Requested,
+    argv: &[&str],
+    env: Vec<(String, String)>,
+) -> Result<Run, StartError> {
+    let opts = ContainOpts {
+        requested,
+        cgroup_parent: None,
+        poll: Duration::from_millis(50),
+        guardian: None,
+        delegate: crate::run::DelegateMode::Never,
+    };
+    let mut cmd = LeaderCommand::new(argv[0]);
+    cmd.args(&argv[1..])
+        .envs(env)
+        .stdin(Io::Null)
+        .stdout(Io::Null)
+        .stderr(Io::Null);
+    Run::start(cmd, &opts, EventSink::none())
+        .await
+        .map(|(run, _)| run)
+}
+
+/// Starts `argv` contained in a cgroup of its own, or says why it cannot and returns `None`.
+async fn start(argv: &[&str]) -> Option<Run> {
+    match start_with(Requested::Cgroup, argv, Vec::new()).await {
+        Ok(run) => Some(run),
+        Err(e) => {
+            eprintln!("skipped: no cgroup backend here ({})", e.message());
+            None
+        }
+    }
+}
+
+/// Waits until the run has `n` live processes.
+async fn wait_members(run: &Run, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while run.members().len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "the tree never had {n} processes"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// issue 10 item 9: `killed` undercounted when the first signal went to the leader alone (a
+/// `reaper mcp` cancel or timeout: SIGINT to codex, then the cgroup): the leader died of the
+/// SIGINT before the look that counted it, so a hanging codex was reported `killed=0` in 3 of 15
+/// tries and one with a child `killed=1`. Every process alive when the stop began counts.
+#[tokio::test(flavor = "current_thread")]
+async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
+    // A leader that dies of SIGINT at once: codex that "just hangs".
+    for i in 0..30 {
+        let Some(mut run) = start(&["sleep", "600"]).await else {
+            return;
+        };
+        wait_members(&run, 1).await;
+        run.stop_from_leader(Signal::INT, Duration::from_secs(5), std::future::pending())
+            .await;
+        let out = run.finish(StopReason::Cancel, None).await;
+        assert_eq!(out.error, None);
+        assert_eq!(out.killed, 1, "try {i}: a hanging leader: {out:?}");
+    }
+    // The leader and a child that ignores SIGINT (a background job of a non-interactive sh):
+    // the leader dies of the SIGINT, the child of the cgroup's SIGKILL after the grace.
+    for i in 0..20 {
+        let Some(mut run) = start(&["sh", "-c", "sleep 600 & exec sleep 601"]).await else {
+            return;
+        };
+        wait_members(&run, 2).await;
+        run.stop_from_leader(
+            Signal::INT,
+            Duration::from_millis(100),
+            std::future::pending(),
+        )
+        .await;
+        let out = run.finish(StopReason::Cancel, None).await;
+        assert_eq!(out.error, None);
+        assert_eq!(out.killed, 2, "try {i}: a leader with a child: {out:?}");
+    }
+}
+
+/// issue 10 item 9: E2BIG from exec (10 MB of `env` in an MCP call) was reported as reaper's own
+/// failure: "reaper cannot contain this call", exit 125. It is the command that cannot be
+/// invoked (126, as GNU timeout says it), and the message says why and what to do. Both spawn
+/// paths: clone3 (cgroup backend) and std's fork + exec (pgid backend), and both limits (one
+/// string, the total). End to end: tests/reports.rs, for `reaper run` and `reaper mcp`.
+#[tokio::test(flavor = "current_thread")]
+async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
+    let Some(mut probe) = start(&["true"]).await else {
+        return;
+    };
+    probe
+        .stop(Signal::KILL, Duration::ZERO, std::future::pending())
+        .await;
+    probe.finish(StopReason::Exited, None).await;
+    let one_huge = vec![("REAPER_TEST_BIG".to_owned(), "x".repeat(10 << 20))];
+    let many: Vec<(String, String)> = (0..64)
+        .map(|i| (format!("REAPER_TEST_BIG{i}"), "x".repeat(100 << 10)))
+        .collect();
+    for requested in [Requested::Cgroup, Requested::Pgid] {
+        for (what, env, detail) in [
+            (
+                "one variable",
+                one_huge.clone(),
+                "one argument or environment variable is 10485777 bytes",
+            ),
+            (
+                "in all",
+                many.clone(),
+                "bytes in all (each string with its NUL, and a pointer to it), over this system's limit of ",
+            ),
+        ] {
+            let e = match start_with(requested, &["true"], env).await {
+                Ok(mut run) => {
+                    run.stop(Signal::KILL, Duration::ZERO, std::future::pending())
+                        .await;
+                    run.finish(StopReason::Exited, None).await;
+                    panic!("{requested:?}, {what}: the exec succeeded");
+                }
+                Err(e) => e,
+            };
+            assert_eq!(e.exit_code(), 126, "{requested:?}, {what}: {}", e.message());
+            let m = e.message();
+            assert!(
+                m.starts_with(
+                    "cannot run 'true': its arguments and environment are too large for exec (E2BIG): "
+                ) && m.contains(detail)
+                    && m.ends_with("; pass large data through a file or stdin instead"),
+                "{requested:?}, {what}: {m}"
+            );
+        }
+    }
+}
