@@ -8,7 +8,7 @@ mod mcp_support;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{cgroup_usable, reaper, signal_child, wait_with_deadline};
+use common::{have, reaper, signal_child, wait_with_deadline, Need};
 use serde_json::json;
 
 /// How long a reaped orphan may stay a zombie of reaper: reaper reaps on SIGCHLD, so this is

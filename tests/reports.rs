@@ -7,7 +7,7 @@ mod mcp_support;
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
 
-use common::{cgroup_usable, code, read_report, reaper, stderr};
+use common::{code, have, read_report, reaper, stderr, Need};
 use serde_json::json;
 
 /// `reaper run --timeout … --report` on `argv`; returns the report.
