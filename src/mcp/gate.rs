@@ -9,6 +9,12 @@
 //! send future, so both are released by `Drop` however the request ends (answered, cancelled,
 //! its answer dropped by rmcp) — nothing has to match ids.
 //!
+//! Calls already read still run and answer; a call does not start codex while a byte budget's
+//! worth of answers waits to be written (`server`), so answers nobody reads stop new runs as
+//! well as new reads. What the server holds for a client is then at most [`Limits::QUEUE`]
+//! requests more than `--max-concurrent`, [`Limits::BYTES`] of them plus one, and
+//! [`Limits::BYTES`] of unread answers plus one per running call.
+//!
 //! While the bound is reached, nothing is read: pings and `notifications/cancelled` wait in the
 //! pipe behind the requests before them, until a result has been written. Once stdin has hung
 //! up (the client is gone), reading resumes so the session sees the EOF: at most one pipe's
@@ -41,7 +47,8 @@ impl Limits {
     pub const QUEUE: usize = 16;
     /// The JSON size of what is in flight: requests and results are each held a few times
     /// over (parsed, copied into the call, serialized), so this keeps the server within tens
-    /// of MiB. One message larger than the rest of the budget is still read, alone.
+    /// of MiB. A message is read whenever the total is under it, so one message (at most
+    /// rmcp's 16 MiB line) may go past it.
     pub const BYTES: usize = 8 << 20;
 
     /// The bound for a server running `max_concurrent` calls at once.
@@ -294,12 +301,13 @@ fn json_size(v: &impl Serialize) -> usize {
     c.0
 }
 
-/// Resolves when the pipe or terminal `fd` has hung up (its writers are all gone), whether or
-/// not unread data is left in it; pends forever for anything that cannot hang up (a file).
+/// Resolves when the pipe, socket or terminal `fd` has hung up (its writers are all gone),
+/// whether or not unread data is left in it; pends forever for anything that cannot hang up
+/// (a file, /dev/null: epoll refuses them, and their EOF is read at once anyway).
 ///
 /// poll(2) reports POLLHUP on a pipe's read end once it has no writer, independently of the
 /// data still queued, so this sees a client leave while the gate keeps its requests unread.
-/// The check runs on a duplicate of `fd`: the transport reads through a descriptor of its own.
+/// It watches a duplicate of `fd`, registered with the reactor apart from the reader's.
 pub async fn hangup(fd: std::os::fd::BorrowedFd<'_>) {
     use rustix::event::{poll, PollFd, PollFlags};
     use tokio::io::unix::AsyncFd;
@@ -322,13 +330,18 @@ pub async fn hangup(fd: std::os::fd::BorrowedFd<'_>) {
         tv_sec: 0,
         tv_nsec: 0,
     };
+    // A socket whose peer only shut down its writing side says POLLRDHUP, not POLLHUP.
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    let gone = PollFlags::HUP | PollFlags::RDHUP;
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let gone = PollFlags::HUP;
     loop {
         let Ok(mut ready) = watched.readable().await else {
             return std::future::pending().await;
         };
-        let mut fds = [PollFd::new(watched.get_ref(), PollFlags::IN)];
+        let mut fds = [PollFd::new(watched.get_ref(), PollFlags::IN | gone)];
         match poll(&mut fds, Some(&zero)) {
-            Ok(_) if fds[0].revents().contains(PollFlags::HUP) => return,
+            Ok(_) if fds[0].revents().intersects(gone) => return,
             // Readable because data arrived: wait for the next change.
             Ok(_) | Err(_) => ready.clear_ready(),
         }
