@@ -107,6 +107,16 @@ impl Drop for Raw {
     }
 }
 
+/// A call that hangs with an escapee that ignores signals, with `timeout_seconds: 30`.
+fn hanging_call(id: usize) -> Vec<u8> {
+    let prompt = format!("thread T{id}\nescapee\nignore-signals\nhang");
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "codex", "arguments": {"prompt": prompt, "timeout_seconds": 30}}});
+    let mut line = serde_json::to_vec(&call).expect("a request serializes");
+    line.push(b'\n');
+    line
+}
+
 /// A `tools/call` of `codex` with id `id`: fake-codex starts thread `T<id>`, answers with the
 /// whole prompt (so the result is as big as the request), and exits before it reaches the
 /// `pad` bytes of padding.
@@ -337,14 +347,21 @@ async fn a_client_that_does_not_read_is_held_back_not_buffered() {
 }
 
 /// Fills both pipes (stdout with answers nobody reads, stdin with requests the server holds
-/// back) while two calls hang.
-fn jammed() -> (Raw, Writer) {
-    let (raw, stdin) = Raw::start(&["--max-concurrent", "2"]);
+/// back) while two calls hang (with `timeout_seconds: 30`, each second lasting `unit`).
+fn jammed(unit: &str) -> (Raw, Writer) {
+    let (raw, stdin) = Raw::start(&[
+        "--max-concurrent",
+        "2",
+        "--grace",
+        "200ms",
+        "--test-timeout-unit",
+        unit,
+    ]);
     // The first answers (1 MiB each) fill stdout; then two hanging calls hold both slots; the
     // rest wait behind them, and the requests behind those wait in stdin.
     let writer = Writer::start(stdin, 200, |i| {
         if i == 5 || i == 6 {
-            echo_call(i, "escapee\nignore-signals\nhang", 0)
+            hanging_call(i)
         } else {
             echo_call(i, "prompt\ndone", MIB)
         }
@@ -364,12 +381,35 @@ fn jammed() -> (Raw, Writer) {
     (raw, writer)
 }
 
+/// While the server holds a client back, a call's timeout is still enforced: its tree (an
+/// escapee that ignores signals) is killed at timeout + grace, though the client reads nothing.
+#[tokio::test]
+async fn timeouts_are_enforced_while_the_client_does_not_read() {
+    // timeout_seconds 30 lasts 3 s; the grace is 200 ms.
+    let (mut raw, mut writer) = jammed("100ms");
+    let cgroup = cgroup_of(raw.pid()).unwrap_or_default();
+    let escapees: Vec<Proc> = recorded(&raw.pids)
+        .into_iter()
+        .filter(|p| p.role == "escapee")
+        .collect();
+    let left = wait_all_dead(&escapees, Duration::from_secs(3) + SLACK).await;
+    assert_eq!(left, [], "escapees alive past their timeout");
+    assert!(
+        writer.written.load(Ordering::SeqCst) < 200,
+        "the client was never held back"
+    );
+    writer.close();
+    let status = raw.wait_exit(Duration::from_secs(10));
+    assert_eq!(status.and_then(|s| s.code()), Some(0), "exit on stdin EOF");
+    assert_nothing_left(&recorded(&raw.pids), &cgroup, SLACK).await;
+}
+
 /// Issue 10 item 5: while the server holds a client back (stdin full, stdout full, calls
 /// running), closing stdin still kills every call's tree and ends the server within a second;
 /// the answers nobody reads do not hold it.
 #[tokio::test]
 async fn stdin_eof_ends_a_jammed_server_within_a_second() {
-    let (mut raw, mut writer) = jammed();
+    let (mut raw, mut writer) = jammed("1s");
     let cgroup = cgroup_of(raw.pid()).unwrap_or_default();
     let procs = recorded(&raw.pids);
     let t0 = Instant::now();
@@ -384,7 +424,7 @@ async fn stdin_eof_ends_a_jammed_server_within_a_second() {
 /// The same for SIGTERM.
 #[tokio::test]
 async fn sigterm_ends_a_jammed_server_within_a_second() {
-    let (mut raw, _writer) = jammed();
+    let (mut raw, _writer) = jammed("1s");
     let cgroup = cgroup_of(raw.pid()).unwrap_or_default();
     let procs = recorded(&raw.pids);
     let t0 = Instant::now();
