@@ -107,11 +107,13 @@ impl Drop for Raw {
     }
 }
 
-/// A call that hangs with an escapee that ignores signals, with `timeout_seconds: 30`.
+/// A call that hangs with an escapee that ignores signals, with `timeout_seconds: 30`, asking
+/// for progress notifications (which the client does not read either).
 fn hanging_call(id: usize) -> Vec<u8> {
     let prompt = format!("thread T{id}\nescapee\nignore-signals\nhang");
     let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
-        "name": "codex", "arguments": {"prompt": prompt, "timeout_seconds": 30}}});
+        "name": "codex", "arguments": {"prompt": prompt, "timeout_seconds": 30},
+        "_meta": {"progressToken": id}}});
     let mut line = serde_json::to_vec(&call).expect("a request serializes");
     line.push(b'\n');
     line
@@ -354,6 +356,8 @@ fn jammed(unit: &str) -> (Raw, Writer) {
         "2",
         "--grace",
         "200ms",
+        "--progress-interval",
+        "100ms",
         "--test-timeout-unit",
         unit,
     ]);

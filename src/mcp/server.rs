@@ -162,11 +162,11 @@ impl CodexServer {
                 tokio::select! {
                     biased;
                     _ = ctx.ct.cancelled() => {
-                        progress.close().await;
+                        progress.close(&inner.shutdown).await;
                         return ending_before_start(Ending::Cancelled { returncode: None });
                     }
                     _ = inner.shutdown.cancelled() => {
-                        progress.close().await;
+                        progress.close(&inner.shutdown).await;
                         return ending_before_start(Ending::Shutdown { returncode: None });
                     }
                     p = async {
@@ -178,7 +178,7 @@ impl CodexServer {
                         Ok(p) => p,
                         // Only a closed semaphore fails, and this one is never closed.
                         Err(_) => {
-                            progress.close().await;
+                            progress.close(&inner.shutdown).await;
                             return ending_before_start(Ending::NotContained("no call slot".into()));
                         }
                     },
@@ -204,7 +204,7 @@ impl CodexServer {
         };
         let done = call::run(spec, &ctx.ct, &inner.shutdown, &mut progress).await;
         drop(permit);
-        progress.close().await;
+        progress.close(&inner.shutdown).await;
         Report {
             stream: &done.stream,
             stderr: &done.stderr,
