@@ -172,7 +172,7 @@ impl Drop for Ticket {
 /// A request's ticket, carried in its extensions into the handler's `RequestContext`
 /// (extensions must be `Clone`; nothing in the handler path clones them past its end).
 #[derive(Clone)]
-pub struct Admitted(#[allow(dead_code)] Arc<Ticket>);
+pub struct Admitted(#[allow(dead_code)] Arc<Ticket>); // held for its `Drop` only
 
 /// A transport that reads only while its [`Budget`] has room.
 pub struct Gated<T> {
