@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
 use crate::mcp::argv::ServerFlags;
+use crate::mcp::gate::{self, Budget, Gated, Limits};
 use crate::mcp::params::{MAX_TIMEOUT, MIN_TIMEOUT};
 use crate::mcp::server::{CodexServer, Config};
 
@@ -199,15 +200,32 @@ async fn serve(mut cfg: Config) -> u8 {
     let guardian = cfg.contain.guardian.clone();
     let shutdown = CancellationToken::new();
     let eof = CancellationToken::new();
-    let server = CodexServer::new(cfg, shutdown.clone());
+    // What the client has sent and not been answered, and answers it has not read, are
+    // bounded: at the bound the server stops reading stdin (see `mcp::gate`).
+    let budget = Budget::new(Limits::for_slots(cfg.max_concurrent));
+    let server = CodexServer::new(cfg, budget.clone(), shutdown.clone());
     let mut live = server.live_calls();
     let (reader, writer) = rmcp::transport::io::stdio_pipes();
     let reader = EofWatch {
         inner: reader,
         eof: eof.clone(),
     };
+    // While the gate holds requests back, stdin is not read, so its EOF would go unseen: a
+    // hangup of stdin counts as EOF too (and reopens the gate, so rmcp reads to the end).
+    let hangup = tokio::spawn({
+        let eof = eof.clone();
+        async move {
+            gate::hangup(rustix::stdio::stdin()).await;
+            eof.cancel();
+        }
+    });
+    let transport = Gated::new(
+        rmcp::transport::async_rw::AsyncRwTransport::new_server(reader, writer),
+        budget,
+        eof.clone(),
+    );
     let serving = async move {
-        match server.serve((reader, writer)).await {
+        match server.serve(transport).await {
             Ok(running) => {
                 let _ = running.waiting().await;
             }
@@ -223,27 +241,29 @@ async fn serve(mut cfg: Config) -> u8 {
         _ = hup.recv() => Stop::Signal(libc::SIGHUP),
     };
     tracing::info!(reason = ?why, "shutting down");
+    hangup.abort();
     shutdown.cancel();
     let deadline = tokio::time::Instant::now() + SHUTDOWN_WAIT;
     let calls_done = async {
         let _ = live.wait_for(|n| *n == 0).await;
     };
-    let waited = if why == Stop::StdinEof {
-        // rmcp ends the session on EOF by itself, after writing the responses of calls that
-        // finish now (those just stopped, quick requests read before the EOF).
-        tokio::time::timeout_at(deadline, async {
-            calls_done.await;
-            (&mut serving).await;
-        })
-        .await
-    } else {
-        tokio::time::timeout_at(deadline, calls_done).await
-    };
-    if waited.is_err() {
+    let stopped = tokio::time::timeout_at(deadline, calls_done).await.is_ok();
+    if !stopped {
         tracing::warn!("{} call(s) still stopping at exit", *live.borrow());
     } else if let Some(g) = &guardian {
         // Every call's cgroup is gone: nothing is left for the guardian to clean up.
         g.done();
+    }
+    if why == Stop::StdinEof && stopped {
+        // rmcp ends the session on EOF by itself, after writing the responses of calls that
+        // finish now (those just stopped, quick requests read before the EOF). A client that
+        // does not read them does not hold the exit past the deadline.
+        if tokio::time::timeout_at(deadline, &mut serving)
+            .await
+            .is_err()
+        {
+            tracing::info!("exiting with answers the client has not read");
+        }
     }
     match why {
         Stop::Signal(s) => (128 + s) as u8,

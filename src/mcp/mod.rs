@@ -10,10 +10,12 @@
 //! | `call`     | one call through [`crate::run::Run`]: spawn, stream, timeout, cancel |
 //! | `progress` | `notifications/progress` that never hold a call up                  |
 //! | `server`   | the rmcp handler: tools/list, tools/call, concurrency slots          |
+//! | `gate`     | back-pressure: stop reading stdin while too much is in flight        |
 //! | `py`       | the Python text forms the contract's messages use                    |
 
 pub mod argv;
 pub mod call;
+pub mod gate;
 pub mod params;
 pub mod progress;
 pub mod py;

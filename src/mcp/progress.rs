@@ -14,6 +14,7 @@ use rmcp::{Peer, RoleServer};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 /// Longest a single notification may take to be written before it is given up.
 const SEND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -110,14 +111,17 @@ impl Progress {
         self.enabled() && self.last_sent.is_none_or(|t| t.elapsed() >= ITEM_GAP)
     }
 
-    /// Stops reporting: after this returns, no notification of this call is sent.
-    pub async fn close(mut self) {
+    /// Stops reporting: after this returns, no notification of this call is sent. Once
+    /// `shutdown` is cancelled it does not wait for a notification being written: a client
+    /// that does not read must not hold the server's exit.
+    pub async fn close(mut self, shutdown: &CancellationToken) {
         drop(self.tx.take());
         if let Some(mut task) = self.task.take() {
-            if tokio::time::timeout(CLOSE_TIMEOUT, &mut task)
-                .await
-                .is_err()
-            {
+            let sent = tokio::select! {
+                r = tokio::time::timeout(CLOSE_TIMEOUT, &mut task) => r.is_ok(),
+                _ = shutdown.cancelled() => false,
+            };
+            if !sent {
                 tracing::debug!("a progress notification is stuck; dropping it");
                 task.abort();
             }
@@ -199,6 +203,6 @@ mod tests {
             running: 1,
             limit: 1,
         });
-        p.close().await;
+        p.close(&CancellationToken::new()).await;
     }
 }

@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::argv::{self, ServerFlags};
 use super::call::{self, CallSpec};
+use super::gate::Budget;
 use super::params::{self, ToolKind, SANDBOX_MODES};
 use super::progress::{Progress, Status};
 use super::result::{error_result, Ending, Report};
@@ -48,6 +49,8 @@ pub struct CodexServer(Arc<Inner>);
 struct Inner {
     cfg: Config,
     slots: Arc<Semaphore>,
+    /// What the client has not read yet: a call does not start codex while it is full.
+    budget: Arc<Budget>,
     shutdown: CancellationToken,
     /// Calls in flight (validated, queued or running); the server waits for none at exit.
     live: watch::Sender<usize>,
@@ -65,12 +68,14 @@ impl Drop for LiveCall {
 }
 
 impl CodexServer {
-    /// `shutdown`, once cancelled, stops every call's tree and ends each call at once.
-    pub fn new(cfg: Config, shutdown: CancellationToken) -> Self {
+    /// `shutdown`, once cancelled, stops every call's tree and ends each call at once;
+    /// `budget` is the transport's (see [`super::gate`]).
+    pub fn new(cfg: Config, budget: Arc<Budget>, shutdown: CancellationToken) -> Self {
         let tools = tools(&cfg.flags, cfg.default_timeout);
         let (live, _) = watch::channel(0);
         CodexServer(Arc::new(Inner {
             slots: Arc::new(Semaphore::new(cfg.max_concurrent)),
+            budget,
             cfg,
             shutdown,
             live,
@@ -94,8 +99,10 @@ impl CodexServer {
         let Some(tool) = ToolKind::from_name(&req.name) else {
             return error_result(&format!("unknown tool: {}", req.name));
         };
-        let args = req.arguments.unwrap_or_default();
-        let checked = match params::validate(tool, &args) {
+        // The raw arguments go as soon as they are checked: a queued call holds its prompt
+        // once, not twice.
+        let validated = params::validate(tool, &req.arguments.unwrap_or_default());
+        let checked = match validated {
             Ok(p) => check_more_off_thread(p, !cfg.flags.overrides(tool, "cd")).await,
             Err(m) => Err(m),
         };
@@ -133,31 +140,45 @@ impl CodexServer {
         if inner.shutdown.is_cancelled() {
             return ending_before_start(Ending::Shutdown { returncode: None });
         }
-        let permit = match inner.slots.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
+        let free = if inner.budget.output_has_room() {
+            inner.slots.clone().try_acquire_owned().ok()
+        } else {
+            None
+        };
+        let permit = match free {
+            Some(p) => p,
+            None => {
                 progress.publish(Status::Queued {
                     running: cfg.max_concurrent - inner.slots.available_permits(),
                     limit: cfg.max_concurrent,
                 });
-                tracing::info!(call = id, "queued: all {} slots busy", cfg.max_concurrent);
+                if inner.budget.output_has_room() {
+                    tracing::info!(call = id, "queued: all {} slots busy", cfg.max_concurrent);
+                } else {
+                    tracing::info!(call = id, "queued: the client has not read earlier results");
+                }
                 // Cancel and shutdown first: a slot freed at the same moment must not start codex
                 // for a call that is already over.
                 tokio::select! {
                     biased;
                     _ = ctx.ct.cancelled() => {
-                        progress.close().await;
+                        progress.close(&inner.shutdown).await;
                         return ending_before_start(Ending::Cancelled { returncode: None });
                     }
                     _ = inner.shutdown.cancelled() => {
-                        progress.close().await;
+                        progress.close(&inner.shutdown).await;
                         return ending_before_start(Ending::Shutdown { returncode: None });
                     }
-                    p = inner.slots.clone().acquire_owned() => match p {
+                    p = async {
+                        // Results the client has not read yet hold new runs back: a client
+                        // that stops reading stops codex from being started for it.
+                        inner.budget.output_room().await;
+                        inner.slots.clone().acquire_owned().await
+                    } => match p {
                         Ok(p) => p,
                         // Only a closed semaphore fails, and this one is never closed.
                         Err(_) => {
-                            progress.close().await;
+                            progress.close(&inner.shutdown).await;
                             return ending_before_start(Ending::NotContained("no call slot".into()));
                         }
                     },
@@ -183,7 +204,7 @@ impl CodexServer {
         };
         let done = call::run(spec, &ctx.ct, &inner.shutdown, &mut progress).await;
         drop(permit);
-        progress.close().await;
+        progress.close(&inner.shutdown).await;
         Report {
             stream: &done.stream,
             stderr: &done.stderr,
@@ -387,10 +408,10 @@ const CD_CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 /// blocking thread with a limit, never on the runtime thread that every call, timeout and the
 /// shutdown share.
 async fn check_more_off_thread(p: params::Params, cd_used: bool) -> Result<params::Params, String> {
-    let probe = p.clone();
-    let check = tokio::task::spawn_blocking(move || params::check_more(&probe, cd_used));
+    // Moved there and back rather than cloned: the prompt may be megabytes.
+    let check = tokio::task::spawn_blocking(move || params::check_more(&p, cd_used).map(|()| p));
     match tokio::time::timeout(CD_CHECK_LIMIT, check).await {
-        Ok(Ok(r)) => r.map(|()| p),
+        Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(format!("cannot check the parameters: {e}")),
         Err(_) => Err(format!(
             "`cd` did not answer within {}s (a hung mount?)",
