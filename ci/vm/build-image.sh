@@ -31,6 +31,8 @@ packages=(
 
 echo "building the vm image in $work (mmdebstrap bookworm from $mirror)"
 # No recommends, no docs, man pages or translations: the image stays small and the build fast.
+# The initrd holds only what finds the root disk (virtio, ext4): with MODULES=most (the default)
+# the initramfs took 13 of the 35 s to the payload under TCG. The journal stays in memory.
 mmdebstrap --mode=root --variant=apt --include="$(IFS=,; echo "${packages[*]}")" \
   --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -46,6 +48,8 @@ mmdebstrap --mode=root --variant=apt --include="$(IFS=,; echo "${packages[*]}")"
   --customize-hook='chroot "$1" systemctl enable reaper-vm.service' \
   --customize-hook='chroot "$1" systemctl mask apt-daily.timer apt-daily-upgrade.timer dpkg-db-backup.timer e2scrub_all.timer fstrim.timer getty@tty1.service serial-getty@ttyS0.service serial-getty@ttyS1.service' \
   --customize-hook='passwd --root "$1" --delete root' \
+  --customize-hook='mkdir -p "$1/etc/systemd/journald.conf.d" && printf "[Journal]\nStorage=volatile\n" > "$1/etc/systemd/journald.conf.d/volatile.conf"' \
+  --customize-hook='echo MODULES=list > "$1/etc/initramfs-tools/conf.d/reaper-vm" && printf "virtio_pci\nvirtio_blk\next4\n" >> "$1/etc/initramfs-tools/modules" && chroot "$1" update-initramfs -u' \
   bookworm "$root" "$mirror" 2>&1 | tail -n 20
 
 # Kernel and initrd out of the tree; then drop what a virtio guest never loads.

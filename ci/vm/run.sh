@@ -10,14 +10,15 @@
 # target/debug/reaper. The image is built on first use (ci/vm/build-image.sh).
 #
 # Exit status: 0 every scenario passed; otherwise the status of the first scenario that failed;
-# 124 the guest did not finish within --timeout (default $REAPER_VM_TIMEOUT or 900 s) and was
-# killed; 125 the lane itself failed (image, guest crash, no results); 77 this host cannot run the
+# 124 the guest did not finish within --timeout (default $REAPER_VM_TIMEOUT, else 240 s plus each
+# scenario's timeout) and was killed; 125 the lane itself failed (image, guest crash, no results); 77 this host cannot run the
 # lane (prints `skipped: …`); 2 usage error.
 set -uo pipefail
 . "$(dirname "$0")/lib.sh"
 repo=$(cd "$vm_dir/../.." && pwd)
 
-timeout=${REAPER_VM_TIMEOUT:-900}
+timeout=${REAPER_VM_TIMEOUT:-}
+scenario_timeout=${REAPER_VM_SCENARIO_TIMEOUT:-300}
 scripts=() files=()
 while [ $# -gt 0 ]; do
   case $1 in
@@ -31,6 +32,8 @@ done
 for f in "${scripts[@]}" "${files[@]}"; do
   [ -f "$f" ] || { echo "run.sh: no such file: $f" >&2; exit 2; }
 done
+# Boot and poweroff take about a minute under TCG on a loaded 2-core machine; allow four.
+timeout=${timeout:-$((240 + ${#scripts[@]} * (scenario_timeout + 10)))}
 names=()
 for s in "${scripts[@]}"; do
   n=$(basename "$s")
@@ -83,7 +86,7 @@ for i in "${!scripts[@]}"; do
   cp "${scripts[$i]}" "$payload/scenarios/${names[$i]}"
   echo "${names[$i]}" >>"$payload/scenarios.list"
 done
-echo "${REAPER_VM_SCENARIO_TIMEOUT:-300}" >"$payload/scenario-timeout"
+echo "$scenario_timeout" >"$payload/scenario-timeout"
 chmod -R a+rX "$payload"
 payload_mb=$(( $(du -sm "$payload" | cut -f1) + 16 ))
 truncate -s "${payload_mb}M" "$work/payload.img"
@@ -100,9 +103,12 @@ echo "vm: booting $image with $(basename "$reaper") from $reaper; scenarios: ${n
 start=$(date +%s)
 # KVM does not work on the CI machine (guests hang), so TCG. ttyS0: kernel console (kept for
 # diagnosis); ttyS1: the payload's output, streamed below.
-qemu-system-x86_64 -accel tcg -smp 2 -m 1024 -display none -monitor none -nic none -no-reboot \
+# setpriv --pdeathsig: should this script be SIGKILLed, the kernel kills the guest with it.
+pdeath=()
+setpriv --help 2>/dev/null | grep -q -- --pdeathsig && pdeath=(setpriv --pdeathsig KILL --)
+"${pdeath[@]}" qemu-system-x86_64 -accel tcg -smp 2 -m 1024 -display none -monitor none -nic none -no-reboot \
   -kernel "$image/vmlinuz" -initrd "$image/initrd.img" \
-  -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet systemd.show_status=false" \
+  -append "root=/dev/vda rw console=ttyS0 panic=-1 loglevel=4 systemd.show_status=true" \
   -drive file="$work/overlay.qcow2",format=qcow2,if=virtio \
   -drive file="$work/payload.img",format=raw,if=virtio,readonly=on \
   -serial file:"$console" -serial file:"$out" </dev/null >"$work/qemu.log" 2>&1 &
