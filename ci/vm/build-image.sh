@@ -8,7 +8,16 @@ set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 
 out=$(vm_image_dir)
-if [ "${1:-}" != --force ] && [ -f "$out/root.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; then
+up_to_date() { [ -f "$out/root.img" ] && [ -f "$out/vmlinuz" ] && [ -f "$out/initrd.img" ]; }
+if [ "${1:-}" != --force ] && up_to_date; then
+  echo "vm image up to date: $out"
+  exit 0
+fi
+mkdir -p "$vm_cache"
+# One build at a time per cache (two checkouts may share it); the second finds the image built.
+exec 9>"$vm_cache/build.lock"
+flock 9
+if [ "${1:-}" != --force ] && up_to_date; then
   echo "vm image up to date: $out"
   exit 0
 fi
@@ -18,8 +27,8 @@ done
 
 mirror=${REAPER_VM_MIRROR:-http://deb.debian.org/debian}
 start=$(date +%s)
-mkdir -p "$vm_cache"
-work=$(mktemp -d "$vm_cache/build.XXXXXX")
+rm -rf "$vm_cache"/tmp.*   # under the lock, any is a killed build's leftover
+work=$(mktemp -d "$vm_cache/tmp.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
 
@@ -74,8 +83,9 @@ mkfs.ext4 -q -F -L reaper-root -d "$root" "$work/root.img"
 rm -rf "$out"
 mkdir -p "$out"
 mv "$work/root.img" "$work/vmlinuz" "$work/initrd.img" "$out/"
-# Older recipes' images are dead weight.
-for old in "$vm_cache"/*/; do
-  [ "${old%/}" = "$out" ] || case $(basename "$old") in build.*) ;; *) rm -rf "$old" ;; esac
-done
+# Other recipes' images (other branches and checkouts share the cache) go once unused for a week
+# (run.sh touches last-used at each boot).
+find "$vm_cache" -mindepth 2 -maxdepth 2 -name last-used -mtime +7 -printf '%h\n' |
+  while read -r stale; do [ "$stale" = "$out" ] || rm -rf "$stale"; done
+touch "$out/last-used"
 echo "vm image built in $(( $(date +%s) - start )) s: $out (kernel $kver, tree ${used_mb} MB, root.img $(du -m "$out/root.img" | cut -f1) MB used of ${size_mb} MB)"

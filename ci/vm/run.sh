@@ -63,6 +63,8 @@ if [ ! -f "$image/root.img" ]; then
   "$vm_dir/build-image.sh" || { echo "run.sh: building the VM image failed" >&2; exit 125; }
 fi
 
+touch "$image/last-used"
+
 work=$(mktemp -d "${TMPDIR:-/tmp}/reaper-vm.XXXXXX")
 qemu_pid=
 cleanup() {
@@ -152,12 +154,12 @@ for n in "${names[@]}"; do
 done
 if [ -n "$timed_out" ]; then
   echo "FAILED: the guest did not power off within ${timeout}s and was killed; kernel console tail:"
-  tail -n 30 "$console" | tr -d '\r'
+  tail -n 30 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'
   exit 124
 fi
 if [ -z "$(marker done)" ]; then
   echo "FAILED: the guest stopped before reporting all scenarios (qemu exit $qemu_status); kernel console and qemu tail:"
-  tail -n 30 "$console" | tr -d '\r'
+  tail -n 30 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'
   tail -n 5 "$work/qemu.log"
   [ "$status" != 0 ] || status=125
 fi
