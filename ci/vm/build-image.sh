@@ -65,7 +65,7 @@ mmdebstrap --mode=root --variant=apt --include="$(IFS=,; echo "${packages[*]}")"
 kver=$(basename "$(ls -d "$root"/lib/modules/*)")
 cp "$root/boot/vmlinuz-$kver" "$work/vmlinuz"
 cp "$root/boot/initrd.img-$kver" "$work/initrd.img"
-rm -rf "$root/boot/"* "$root/var/cache/apt/"*.bin "$root/var/lib/apt/lists/"*
+rm -rf "${root:?}/boot/"* "$root/var/cache/apt/"*.bin "$root/var/lib/apt/lists/"*
 mods=$root/lib/modules/$kver/kernel
 rm -rf "$mods/sound" "$mods/drivers/gpu" "$mods/drivers/media" "$mods/drivers/net/wireless" \
   "$mods/drivers/net/ethernet" "$mods/drivers/infiniband" "$mods/drivers/staging" \

@@ -1,4 +1,5 @@
 # Shared by build-image.sh and run.sh (sourced, not run).
+# shellcheck shell=bash
 vm_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 vm_cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}/vm
 

@@ -116,7 +116,8 @@ setpriv --help 2>/dev/null | grep -q -- --pdeathsig && pdeath=(setpriv --pdeaths
   -serial file:"$console" -serial file:"$out" </dev/null >"$work/qemu.log" 2>&1 &
 qemu_pid=$!
 
-tail -n +1 -F --pid="$qemu_pid" "$out" 2>/dev/null | sed -u '/^@@reaper-vm /d' &
+tail -n +1 -F --pid="$qemu_pid" "$out" 2>/dev/null | sed -u -e 's/\r$//' -e '/^@@reaper-vm \(boot\|done\)/d' \
+  -e 's/^@@reaper-vm begin \(.*\)/==> vm scenario \1/' -e 's/^@@reaper-vm end \([^ ]*\) status \([^ ]*\) seconds \(.*\)/<== \1: exit \2 after \3 s/' &
 tail_pid=$!
 
 timed_out=
@@ -157,7 +158,7 @@ if [ -n "$timed_out" ]; then
   tail -n 30 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'
   exit 124
 fi
-if [ -z "$(marker done)" ]; then
+if [ -z "$(marker 'done')" ]; then
   echo "FAILED: the guest stopped before reporting all scenarios (qemu exit $qemu_status); kernel console and qemu tail:"
   tail -n 30 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'
   tail -n 5 "$work/qemu.log"

@@ -21,11 +21,9 @@ fi
 leftovers() {
   local unit cg pids="" dirs clean=0
   unit=/sys/fs/cgroup$(sed -n 's/^0:://p' /proc/self/cgroup)
-  for cg in $(find "$unit" -type d); do
-    for pid in $(cat "$cg/cgroup.procs" 2>/dev/null); do
-      [ "$pid" = $$ ] || [ "$pid" = "$PPID" ] || [ "$pid" = "$BASHPID" ] || pids="$pids $pid"
-    done
-  done
+  while read -r pid; do
+    [ "$pid" = $$ ] || [ "$pid" = "$PPID" ] || pids="$pids $pid"
+  done < <(find "$unit" -name cgroup.procs -exec cat {} + 2>/dev/null)
   # A pid whose command is gone exited meanwhile: ps prints nothing for it.
   pids=$(echo $pids | tr ' ' ,)
   if [ -n "$pids" ] && [ -n "$(ps -o pid= -p "$pids" 2>/dev/null)" ]; then

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Helpers for VM scenarios; a scenario starts with `. "$REAPER_VM_LIB"`. Scenarios run as root
 # inside the system service reaper-vm.service, in a fresh working directory, with the payload's
 # bin/ (the host-built reaper, and any files given to run.sh) first in PATH.

@@ -2,6 +2,7 @@
 # Smoke: the host shape is what the lane promises (systemd, pure cgroup v2, a lingering user with
 # its user manager); `reaper doctor` as root and as the normal user; the README's leaking example
 # leaves nothing behind, as root and as the normal user.
+# shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
 . "$REAPER_VM_LIB"
 
 say "host shape"
