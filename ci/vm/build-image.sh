@@ -5,6 +5,7 @@
 # (default ~/.cache/reaper-ci). A second run with the same recipe is a no-op; --force rebuilds.
 # Needs root (mmdebstrap's root mode), mmdebstrap and e2fsprogs (ci/vm/install-deps.sh).
 set -euo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 
 out=$(vm_image_dir)

@@ -11,9 +11,11 @@
 #
 # Exit status: 0 every scenario passed; otherwise the status of the first scenario that failed;
 # 124 the guest did not finish within --timeout (default $REAPER_VM_TIMEOUT, else 240 s plus each
-# scenario's timeout) and was killed; 125 the lane itself failed (image, guest crash, no results); 77 this host cannot run the
+# scenario's timeout) or did not reach the scenarios within $REAPER_VM_BOOT_TIMEOUT (240 s) and was
+# killed; 125 the lane itself failed (image, guest crash, no results); 77 this host cannot run the
 # lane (prints `skipped: …`); 2 usage error.
 set -uo pipefail
+# shellcheck source-path=SCRIPTDIR source=lib.sh
 . "$(dirname "$0")/lib.sh"
 repo=$(cd "$vm_dir/../.." && pwd)
 
@@ -24,7 +26,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --timeout) timeout=${2:?--timeout needs seconds}; shift 2 ;;
     --) shift; files=("$@"); break ;;
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^[^#]/s/^# \{0,1\}//p' "$0"; exit 0 ;;
     *) scripts+=("$1"); shift ;;
   esac
 done
@@ -32,7 +34,7 @@ done
 for f in "${scripts[@]}" "${files[@]}"; do
   [ -f "$f" ] || { echo "run.sh: no such file: $f" >&2; exit 2; }
 done
-# Boot and poweroff take about a minute under TCG on a loaded 2-core machine; allow four.
+# Boot and poweroff take under a minute under TCG on a loaded 2-core machine; allow four.
 timeout=${timeout:-$((240 + ${#scripts[@]} * (scenario_timeout + 10)))}
 names=()
 for s in "${scripts[@]}"; do
@@ -120,10 +122,17 @@ tail -n +1 -F --pid="$qemu_pid" "$out" 2>/dev/null | sed -u -e 's/\r$//' -e '/^@
   -e 's/^@@reaper-vm begin \(.*\)/==> vm scenario \1/' -e 's/^@@reaper-vm end \([^ ]*\) status \([^ ]*\) seconds \(.*\)/<== \1: exit \2 after \3 s/' &
 tail_pid=$!
 
+# Two deadlines: reaching the payload (a boot that hangs fails fast), and the whole run.
+boot_timeout=${REAPER_VM_BOOT_TIMEOUT:-240}
 timed_out=
 while kill -0 "$qemu_pid" 2>/dev/null; do
-  if [ $(( $(date +%s) - start )) -ge "$timeout" ]; then
-    timed_out=1
+  now=$(( $(date +%s) - start ))
+  if [ "$now" -ge "$timeout" ]; then
+    timed_out="did not power off within ${timeout}s"
+  elif [ "$now" -ge "$boot_timeout" ] && ! grep -q '^@@reaper-vm boot' "$out"; then
+    timed_out="did not reach the payload within ${boot_timeout}s"
+  fi
+  if [ -n "$timed_out" ]; then
     kill -KILL "$qemu_pid" 2>/dev/null
     break
   fi
@@ -154,7 +163,7 @@ for n in "${names[@]}"; do
   fi
 done
 if [ -n "$timed_out" ]; then
-  echo "FAILED: the guest did not power off within ${timeout}s and was killed; kernel console tail:"
+  echo "FAILED: the guest $timed_out and was killed; kernel console tail:"
   tail -n 30 "$console" | tr -d '\r' | sed 's/\x1b\[[0-9;]*m//g'
   exit 124
 fi
