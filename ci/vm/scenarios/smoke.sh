@@ -1,7 +1,8 @@
 #!/bin/bash
 # Smoke: the host shape is what the lane promises (systemd, pure cgroup v2, a lingering user with
-# its user manager); `reaper doctor` as root and as the normal user; the README's leaking example
-# leaves nothing behind, as root and as the normal user.
+# its user manager); `reaper doctor` as root, as the normal user, and as the normal user inside a
+# scope its user manager delegates; the README's leaking example leaves nothing behind, as root
+# and as the normal user.
 # shellcheck source-path=SCRIPTDIR source=../guest/lib.sh
 . "$REAPER_VM_LIB"
 
@@ -23,6 +24,12 @@ systemctl is-active --quiet user@1000.service && pass "the user manager user@100
 
 show "reaper doctor (root, in a system service)" reaper doctor
 show "reaper doctor (user $vm_user, login session)" as_user reaper doctor
+say "reaper doctor (user $vm_user, in systemd-run --user --scope -p Delegate=yes)"
+delegated=$(as_user systemd-run --user --scope --quiet -p Delegate=yes reaper doctor 2>&1)
+printf '%s\n' "$delegated"
+grep -q '^auto backend *cgroup' <<<"$delegated" &&
+  pass "user $vm_user: a delegated user scope gives the cgroup backend" ||
+  fail "user $vm_user: no cgroup backend even in a delegated user scope"
 
 leak='setsid sh -c "trap \"\" TERM; sleep 600" & sleep 600'
 check_leak() {  # WHO RUNNER...
