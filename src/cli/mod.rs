@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod mcp;
 pub mod parse;
 pub mod run;
+pub mod timeout;
 
 /// A current-thread runtime: every fork happens on the main thread, which lives as long as
 /// reaper (PR_SET_PDEATHSIG fires when the forking *thread* dies).
