@@ -208,6 +208,15 @@ async fn run(mut args: RunArgs) -> u8 {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
+    if face.is_some() {
+        // timeout(1) also stops COMMAND on SIGQUIT and on its own `-s` signal, and takes a
+        // SIGALRM from outside for its timeout (`timeout -s ALRM 30 timeout 25 CMD` cascades).
+        sigs.also(Signal::ALARM);
+        sigs.also(Signal::QUIT);
+        if let Some(s) = args.signal.signal() {
+            sigs.also(s);
+        }
+    }
     if args.die_with_parent {
         if let Err(e) = super::die_with_parent() {
             say!("reaper: {e}");
@@ -290,7 +299,10 @@ async fn run(mut args: RunArgs) -> u8 {
     let (mut reason, mut received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
         _ = &mut timeout => (StopReason::Timeout, None),
-        sig = sigs.recv() => (reason_for(sig), Some(sig)),
+        sig = sigs.recv() => match sig {
+            Signal::ALARM if face.is_some() => (StopReason::Timeout, None),
+            sig => (reason_for(sig), Some(sig)),
+        },
         _ = &mut eof => (StopReason::StdinEof, None),
     };
     announce(reason, received);
@@ -472,7 +484,13 @@ async fn signal_and_wait(
                 timed_out = true;
                 sig = args.signal;
             }
-            s = sigs.recv() => sig = SigSpec::from_signal(s),
+            s = sigs.recv() => if s == Signal::ALARM {
+                timeout_pending = false;
+                timed_out = true;
+                sig = args.signal;
+            } else {
+                sig = SigSpec::from_signal(s);
+            },
         }
     }
 }
