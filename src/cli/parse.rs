@@ -421,10 +421,10 @@ mod tests {
         ] {
             assert_eq!(d(huge), Some(LONGEST), "{huge}");
         }
-        assert_eq!(d("4294967295"), Some(Duration::from_secs(4_294_967_295)));
+        assert_eq!(d("1e9"), Some(Duration::from_secs(1_000_000_000)));
         assert_eq!(d("10.34"), Some(Duration::from_millis(10_340)));
         assert_eq!(d("9.999999999"), Some(Duration::new(9, 999_999_999)));
-        assert_eq!(d(".1"), Some(Duration::from_nanos(100_000_001)));
+        assert_eq!(d(".1"), Some(Duration::from_millis(100)));
         assert_eq!(d("1."), Some(Duration::from_secs(1)));
         assert_eq!(d("1E1"), Some(Duration::from_secs(10)));
         assert_eq!(d("0x10"), Some(Duration::from_secs(16)));
