@@ -128,8 +128,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
             continue;
         }
         // A cluster of short options: `-v`, `-k5`, `-vk 5`, `-sKILL`.
-        let mut chars = a[1..].char_indices();
-        while let Some((at, c)) = chars.next() {
+        for (at, c) in a[1..].char_indices() {
             match c {
                 'v' => verbose = true,
                 'k' | 's' => {
