@@ -79,6 +79,19 @@ fn durations_read_as_timeout_reads_them() {
     assert_eq!(code(&o), 124, "{}", stderr(&o));
 }
 
+/// timeout(1) dies of the signal COMMAND died of (no timeout): its parent sees a death by
+/// signal, not exit 128+N. With a timeout it is 124 (or 128+N with --preserve-status).
+#[test]
+fn dies_of_commands_signal_as_timeout_does() {
+    use std::os::unix::process::ExitStatusExt;
+    let o = timeout(&["10", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.signal(), Some(15), "{:?} {}", o.status, stderr(&o));
+    let o = timeout(&["10", "sh", "-c", "kill -INT $$"]);
+    assert_eq!(o.status.signal(), Some(2), "{:?}", o.status);
+    let o = timeout(&["--preserve-status", ".1", "sleep", "10"]);
+    assert_eq!(o.status.code(), Some(143));
+}
+
 /// `reaper run` too (issue 15): `-t 0` is no timeout, huge values are accepted, `-s 0` sends
 /// nothing and SIGKILLs after the grace.
 #[test]

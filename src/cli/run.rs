@@ -426,6 +426,14 @@ async fn run(mut args: RunArgs) -> u8 {
             _ => {}
         }
     }
+    // timeout(1): COMMAND killed by a signal without a timeout (Ctrl-C passed on, a crash) makes
+    // timeout die of the same signal, so that its parent sees a death by signal (a shell
+    // loop stops on SIGINT; Python's returncode is -N), not exit 128+N.
+    if let (Some(_), Some(ExitStatus::Signal(sig))) = (&face, outcome.leader_status) {
+        if outcome.stop_reason != StopReason::Timeout && i32::from(code) == 128 + sig {
+            super::timeout::die_of(sig);
+        }
+    }
     code
 }
 

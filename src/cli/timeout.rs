@@ -249,6 +249,39 @@ reaper behaves as 'reaper timeout'."
     )
 }
 
+/// Dies of `sig`, as timeout(1) does when COMMAND did: without a core dump of reaper's own,
+/// the signal's default action restored and unblocked. Returns when that is not possible, or
+/// when the default action does not terminate (CHLD, WINCH, CONT…): the caller exits 128+N.
+pub fn die_of(sig: i32) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: prctl(PR_SET_DUMPABLE, 0) only changes this process's dumpable flag.
+    let no_core = unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0) } == 0;
+    #[cfg(not(target_os = "linux"))]
+    // SAFETY: setrlimit with a valid, initialised struct.
+    let no_core = unsafe {
+        libc::setrlimit(
+            libc::RLIMIT_CORE,
+            &libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            },
+        )
+    } == 0;
+    if !no_core {
+        return;
+    }
+    // SAFETY: plain libc calls on a local, initialised sigset; the run is over (tree reaped,
+    // cgroup removed, guardian told), so nothing is lost when the signal ends reaper.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+}
+
 /// How coreutils' quote() quotes, which depends on the locale's character set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Quoting {
