@@ -46,6 +46,13 @@ struct Cli {
 enum Cmd {
     /// Run CMD contained: on timeout, signal, or the leader's exit, the whole tree dies.
     Run(cli::run::RunArgs),
+    /// GNU timeout(1)'s command line, for the whole tree (also as a link named `timeout`).
+    #[command(disable_help_flag = true, disable_version_flag = true)]
+    Timeout {
+        /// [OPTION] DURATION COMMAND [ARG]... (see `reaper timeout --help`)
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// Run CMD contained and report every process that outlived it (exit 1 on a leak).
     Check(cli::check::CheckArgs),
     /// Say which containment works on this machine, and why.
@@ -67,6 +74,20 @@ fn main() -> std::process::ExitCode {
         )
         .with_target(false)
         .init();
+    // timeout(1)'s command line is not clap's (getopt_long, options before DURATION only):
+    // `reaper timeout …`, or reaper called through a link named `timeout`.
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next().unwrap_or_default();
+    if std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref()) {
+        return std::process::ExitCode::from(cli::timeout::main(
+            &argv0.to_string_lossy(),
+            argv.collect(),
+        ));
+    }
+    let first = argv.next();
+    if first.as_deref() == Some("timeout".as_ref()) {
+        return std::process::ExitCode::from(cli::timeout::main("reaper timeout", argv.collect()));
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -77,6 +98,7 @@ fn main() -> std::process::ExitCode {
     };
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
+        Cmd::Timeout { args } => cli::timeout::main("reaper timeout", args),
         Cmd::Check(a) => cli::check::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),

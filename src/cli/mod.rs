@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod mcp;
 pub mod parse;
 pub mod run;
+pub mod timeout;
 
 /// A current-thread runtime: every fork happens on the main thread, which lives as long as
 /// reaper (PR_SET_PDEATHSIG fires when the forking *thread* dies).
@@ -116,6 +117,8 @@ pub struct Signals {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
+    /// More signals to listen to (timeout(1)'s face: ALRM, QUIT and its `-s` signal).
+    extra: Vec<(reaper_platform::Signal, tokio::signal::unix::Signal)>,
 }
 
 impl Signals {
@@ -125,7 +128,21 @@ impl Signals {
             int: signal(SignalKind::interrupt()).ok()?,
             term: signal(SignalKind::terminate()).ok()?,
             hup: signal(SignalKind::hangup()).ok()?,
+            extra: Vec::new(),
         })
+    }
+
+    /// Also listen to `sig` (ignored when it cannot be caught: KILL, STOP…).
+    pub fn also(&mut self, sig: reaper_platform::Signal) {
+        use reaper_platform::Signal;
+        let (int, term, hup) = (Signal::INT, Signal::TERM, Signal::HUP);
+        if [int, term, hup].contains(&sig) || self.extra.iter().any(|(s, _)| *s == sig) {
+            return;
+        }
+        let kind = tokio::signal::unix::SignalKind::from_raw(sig.as_raw());
+        if let Ok(stream) = tokio::signal::unix::signal(kind) {
+            self.extra.push((sig, stream));
+        }
     }
 
     pub async fn recv(&mut self) -> reaper_platform::Signal {
@@ -134,6 +151,14 @@ impl Signals {
             _ = self.int.recv() => Signal::INT,
             _ = self.term.recv() => Signal::TERM,
             _ = self.hup.recv() => Signal::HUP,
+            sig = std::future::poll_fn(|cx| {
+                for (sig, stream) in self.extra.iter_mut() {
+                    if stream.poll_recv(cx).is_ready() {
+                        return std::task::Poll::Ready(*sig);
+                    }
+                }
+                std::task::Poll::Pending
+            }) => sig,
         }
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use reaper_platform::{ExitStatus, Signal};
 
-use super::parse;
+use super::parse::{self, SigSpec};
 use crate::guardian::Guardian;
 use crate::run::{
     ContainOpts, DelegateMode, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run,
@@ -17,13 +17,16 @@ use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
-    /// Stop the whole tree after this long and exit 124 (e.g. 500ms, 30s, 5m).
+    /// Stop the whole tree after this long and exit 124. Durations read as timeout(1) reads
+    /// them: a floating-point number with an optional suffix s, m, h or d (30, 2.5m, 1e3),
+    /// plus ms, a reaper extension (500ms); 0 means no timeout, huge values never time out.
     #[arg(short = 't', long, value_parser = parse::duration, value_name = "DUR")]
     pub timeout: Option<Duration>,
 
-    /// First signal sent to every process when stopping (name or number).
-    #[arg(short = 's', long, value_parser = parse::signal, default_value = "TERM", value_name = "SIG")]
-    pub signal: Signal,
+    /// First signal sent to every process when stopping (name or number; 0 sends nothing,
+    /// then everything is SIGKILLed after the grace).
+    #[arg(short = 's', long, value_parser = parse::sig_spec, default_value = "TERM", value_name = "SIG")]
+    pub signal: SigSpec,
 
     /// How long processes get after the first signal before everything is SIGKILLed.
     #[arg(short = 'k', long, visible_alias = "kill-after", value_parser = parse::duration, default_value = "2s", value_name = "DUR")]
@@ -73,6 +76,38 @@ pub struct RunArgs {
         value_name = "CMD"
     )]
     pub command: Vec<OsString>,
+
+    /// Set by `reaper timeout` (never a flag): timeout(1)'s semantics on this run.
+    #[arg(skip)]
+    pub face: Option<TimeoutFace>,
+}
+
+/// What `reaper timeout` changes in a run, to behave as timeout(1): the signal (on timeout,
+/// or the one reaper received) goes to the tree, then reaper waits for COMMAND itself — for
+/// ever, as timeout(1) does, unless `-k` was given — and only then stops what is left of the
+/// tree; exit statuses and messages are timeout's.
+#[derive(Debug, Clone, Default)]
+pub struct TimeoutFace {
+    /// The program name for messages (`timeout`, argv[0], as coreutils prints it).
+    pub name: String,
+    pub verbose: bool,
+    /// The signal goes to COMMAND alone, not to its descendants.
+    pub foreground: bool,
+    /// `-k`: SIGKILL for the whole tree this long after the first signal. `None`: never.
+    pub kill_after: Option<Duration>,
+}
+
+impl TimeoutFace {
+    fn sending(&self, sig: SigSpec, command: &std::ffi::OsStr) {
+        if self.verbose {
+            say!(
+                "{}: sending signal {} to command {}",
+                self.name,
+                sig.name(),
+                super::timeout::quote(command)
+            );
+        }
+    }
 }
 
 /// Containment flags shared by `run` and `check`.
@@ -173,12 +208,28 @@ pub fn main(args: RunArgs) -> u8 {
     rt.block_on(run(args))
 }
 
-async fn run(args: RunArgs) -> u8 {
+async fn run(mut args: RunArgs) -> u8 {
+    // timeout(1): 0 means no timeout.
+    args.timeout = args.timeout.filter(|d| !d.is_zero());
+    let face = args.face.clone();
+    if face.is_some() {
+        // timeout(1) says nothing on stderr but its errors (and -v).
+        args.quiet = true;
+    }
     // Listen before spawning, so a signal in between stops the tree instead of killing reaper.
     let Some(mut sigs) = super::Signals::new() else {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
+    if face.is_some() {
+        // timeout(1) also stops COMMAND on SIGQUIT and on its own `-s` signal, and takes a
+        // SIGALRM from outside for its timeout (`timeout -s ALRM 30 timeout 25 CMD` cascades).
+        sigs.also(Signal::ALARM);
+        sigs.also(Signal::QUIT);
+        if let Some(s) = args.signal.signal() {
+            sigs.also(s);
+        }
+    }
     let mut parent = if args.die_with_parent {
         match super::ParentWatch::start() {
             Ok(w) => Some(w),
@@ -207,7 +258,16 @@ async fn run(args: RunArgs) -> u8 {
     let (mut run, pipes) = match Run::start(cmd, &opts, sink).await {
         Ok(r) => r,
         Err(e) => {
-            say!("reaper: {}", e.message());
+            match (&face, e.exec_error()) {
+                (Some(f), Some(os)) => say!(
+                    "{}: failed to run command {}: {}",
+                    f.name,
+                    super::timeout::quote(&args.command[0]),
+                    super::timeout::strerror(&os)
+                ),
+                (Some(f), None) => say!("{}: {}", f.name, e.message()),
+                (None, _) => say!("reaper: {}", e.message()),
+            }
             if let Some(g) = &guardian {
                 g.done();
             }
@@ -275,7 +335,10 @@ async fn run(args: RunArgs) -> u8 {
     let (mut reason, mut received) = tokio::select! {
         _ = run.wait_leader() => (StopReason::Exited, None),
         _ = &mut timeout => (StopReason::Timeout, None),
-        sig = sigs.recv() => (StopReason::Signal, Some(sig)),
+        sig = sigs.recv() => match sig {
+            Signal::ALARM if face.is_some() => (StopReason::Timeout, None),
+            sig => (StopReason::Signal, Some(sig)),
+        },
         _ = &mut eof => (StopReason::StdinEof, None),
         _ = &mut parent_died => (StopReason::ParentDied, None),
     };
@@ -315,11 +378,42 @@ async fn run(args: RunArgs) -> u8 {
             announce(reason, received);
         }
     }
-    let grace = if reason == StopReason::ParentDied {
+    let mut grace = if reason == StopReason::ParentDied {
         args.grace.min(PARENT_DEATH_GRACE)
     } else {
         args.grace
     };
+    let mut first = args.signal.signal();
+    if let Some(face) = &face {
+        if matches!(reason, StopReason::Timeout | StopReason::Signal) {
+            let (end, timed_out) = signal_and_wait(
+                &mut run,
+                face,
+                &args,
+                received,
+                args.timeout.is_some() && reason != StopReason::Timeout,
+                timeout.as_mut(),
+                &mut sigs,
+            )
+            .await;
+            if timed_out {
+                reason = StopReason::Timeout;
+            }
+            // The rest of the tree already had the signal, if it was sent to all: what is left
+            // of its grace, then SIGKILL. After -k: SIGKILL at once.
+            (first, grace) = match end {
+                PhaseEnd::KillAfter => (Some(Signal::KILL), Duration::ZERO),
+                PhaseEnd::LeaderExited {
+                    signalled_all: true,
+                    left,
+                } => (None, left),
+                PhaseEnd::LeaderExited {
+                    signalled_all: false,
+                    left,
+                } => (first, left),
+            };
+        }
+    }
     // A second INT/TERM/HUP during the grace period means "now".
     let again = async {
         sigs.recv().await;
@@ -329,7 +423,7 @@ async fn run(args: RunArgs) -> u8 {
     } else {
         0
     };
-    run.stop(args.signal, grace, again).await;
+    run.stop(first, grace, again).await;
     let outcome = run.finish(reason, received).await;
     if let Some(g) = &guardian {
         g.done();
@@ -340,7 +434,16 @@ async fn run(args: RunArgs) -> u8 {
             say!("reaper: cannot write the report to {}: {e}", path.display());
         }
     }
-    let code = exit_code(&outcome, args.preserve_status);
+    let mut code = exit_code(&outcome, args.preserve_status);
+    // timeout(1) 9.1: COMMAND killed by SIGKILL after a timeout is 137 even without
+    // --preserve-status (-s KILL, or -k), so that a forced kill can be told apart.
+    if face.is_some()
+        && outcome.stop_reason == StopReason::Timeout
+        && outcome.leader_status == Some(ExitStatus::Signal(libc::SIGKILL))
+        && code == 124
+    {
+        code = 128 + libc::SIGKILL as u8;
+    }
     if let Some(err) = &outcome.error {
         say!("reaper: {err}");
     } else if !args.quiet {
@@ -361,7 +464,81 @@ async fn run(args: RunArgs) -> u8 {
             _ => {}
         }
     }
+    // timeout(1): COMMAND killed by a signal without a timeout (Ctrl-C passed on, a crash) makes
+    // timeout die of the same signal, so that its parent sees a death by signal (a shell
+    // loop stops on SIGINT; Python's returncode is -N), not exit 128+N.
+    if let (Some(_), Some(ExitStatus::Signal(sig))) = (&face, outcome.leader_status) {
+        if outcome.stop_reason != StopReason::Timeout && i32::from(code) == 128 + sig {
+            super::timeout::die_of(sig);
+        }
+    }
     code
+}
+
+/// How timeout(1)'s wait for COMMAND ended.
+enum PhaseEnd {
+    /// `-k` passed with COMMAND still running: everything is SIGKILLed now.
+    KillAfter,
+    /// COMMAND exited. `signalled_all`: the rest of the tree had the signal too; `left`: the
+    /// grace it still has before SIGKILL.
+    LeaderExited { signalled_all: bool, left: Duration },
+}
+
+/// timeout(1) after its timeout or a signal to reaper: `sig` (the `-s` signal, or the one
+/// reaper received) to the tree — to COMMAND alone with `--foreground` — then a wait for COMMAND
+/// itself: for `-k` at most, for ever without it (timeout(1) never escalates by itself). A
+/// further signal to reaper is passed on the same way; the timeout, if it fires meanwhile, sends
+/// the `-s` signal. Returns how it ended and whether the timeout fired.
+async fn signal_and_wait(
+    run: &mut Run,
+    face: &TimeoutFace,
+    args: &RunArgs,
+    received: Option<Signal>,
+    mut timeout_pending: bool,
+    mut timeout: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
+    sigs: &mut super::Signals,
+) -> (PhaseEnd, bool) {
+    let mut timed_out = received.is_none();
+    let mut sig = received.map_or(args.signal, SigSpec::from_signal);
+    let kill_at = face.kill_after.map(|d| tokio::time::Instant::now() + d);
+    let mut signalled_all = false;
+    loop {
+        face.sending(sig, &args.command[0]);
+        if let Some(s) = sig.signal() {
+            run.signal(s, face.foreground);
+            signalled_all |= !face.foreground;
+        }
+        let kill = async {
+            match kill_at {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = run.wait_leader() => {
+                let left = kill_at.map_or(args.grace, |t| {
+                    t.saturating_duration_since(tokio::time::Instant::now())
+                });
+                return (PhaseEnd::LeaderExited { signalled_all, left }, timed_out);
+            }
+            _ = kill => {
+                face.sending(SigSpec::KILL, &args.command[0]);
+                return (PhaseEnd::KillAfter, timed_out);
+            }
+            _ = timeout.as_mut(), if timeout_pending => {
+                timeout_pending = false;
+                timed_out = true;
+                sig = args.signal;
+            }
+            s = sigs.recv() => if s == Signal::ALARM {
+                timeout_pending = false;
+                timed_out = true;
+                sig = args.signal;
+            } else {
+                sig = SigSpec::from_signal(s);
+            },
+        }
+    }
 }
 
 /// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep

@@ -179,10 +179,10 @@ async fn sweep_once(dir: &std::path::Path) {
 /// Why a run could not start; each maps to timeout(1)'s exit status.
 #[derive(Debug)]
 pub enum StartError {
-    /// 127: the program does not exist.
-    NotFound(String),
+    /// 127: the program does not exist (and the errno, for timeout(1)'s message).
+    NotFound(String, i32),
     /// 126: it exists but cannot be executed.
-    NotExecutable(String),
+    NotExecutable(String, i32),
     /// 126: its arguments and environment are over the kernel's limits for exec (E2BIG).
     TooLarge(String),
     /// 125: reaper itself failed (no containment, no pidfd…).
@@ -192,17 +192,27 @@ pub enum StartError {
 impl StartError {
     pub fn exit_code(&self) -> u8 {
         match self {
-            StartError::NotFound(_) => 127,
-            StartError::NotExecutable(_) | StartError::TooLarge(_) => 126,
+            StartError::NotFound(..) => 127,
+            StartError::NotExecutable(..) | StartError::TooLarge(_) => 126,
             StartError::Reaper(_) => 125,
         }
     }
     pub fn message(&self) -> &str {
         match self {
-            StartError::NotFound(m)
-            | StartError::NotExecutable(m)
+            StartError::NotFound(m, _)
+            | StartError::NotExecutable(m, _)
             | StartError::TooLarge(m)
             | StartError::Reaper(m) => m,
+        }
+    }
+    /// Why exec failed, when it did (`No such file or directory`).
+    pub fn exec_error(&self) -> Option<std::io::Error> {
+        match self {
+            StartError::NotFound(_, e) | StartError::NotExecutable(_, e) => {
+                Some(std::io::Error::from_raw_os_error(*e))
+            }
+            StartError::TooLarge(_) => Some(std::io::Error::from_raw_os_error(libc::E2BIG)),
+            StartError::Reaper(_) => None,
         }
     }
 }
@@ -510,13 +520,59 @@ impl Run {
     /// Stops the whole tree: `first` to every member (then SIGCONT, so a stopped process sees
     /// it), up to `grace` for them to exit, then SIGKILL for all (cgroup.kill, or the subreaper
     /// sweep) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
+    /// `first` may be `None` (timeout(1)'s signal 0): nothing is sent, the grace still runs.
     pub async fn stop(
         &mut self,
-        first: Signal,
+        first: impl Into<Option<Signal>>,
         grace: Duration,
         cut_short: impl std::future::Future<Output = ()>,
     ) {
-        self.stop_with(first, FirstTo::All, grace, cut_short).await
+        self.stop_with(first.into(), FirstTo::All, grace, cut_short)
+            .await
+    }
+
+    /// Sends `sig` to every member (or to the leader alone), then SIGCONT so that a stopped
+    /// process sees it; the tree is not waited for. Returns how many processes it reached.
+    /// timeout(1)'s face signals first and waits for the leader only.
+    pub fn signal(&mut self, sig: Signal, leader_only: bool) -> usize {
+        self.stop_at.get_or_insert_with(Instant::now);
+        // reaper's own signal may stop the leader: not a job-control stop to pass on.
+        self.leader.job_control = false;
+        let to = if leader_only {
+            FirstTo::Leader
+        } else {
+            FirstTo::All
+        };
+        self.send_first(sig, to)
+    }
+
+    fn send_first(&mut self, first: Signal, to: FirstTo) -> usize {
+        let reached = match to {
+            // Each member is counted as it is reached: `signal_all` lists the members before it
+            // signals them, so one that dies of the signal is counted too.
+            FirstTo::All => {
+                let reached = self.backend.signal_all(first);
+                self.record(&reached);
+                reached.len()
+            }
+            // Counted before the signal: the leader may die of it (and its tree with it) before
+            // any later look, yet it was alive when the stop began.
+            FirstTo::Leader => {
+                let alive = self.backend.pids();
+                let sent = self.signal_leader(first);
+                self.stopped.extend(alive);
+                usize::from(sent)
+            }
+        };
+        self.sink.emit(Event::Signalled {
+            signal: signal::name(first),
+            n: reached,
+            via: signal::VIA_HANDLE,
+        });
+        if first != Signal::CONT && reached > 0 {
+            self.backend.signal_all(Signal::CONT);
+        }
+        reached
     }
 
     /// [`Run::stop`], with the first signal to the leader alone: for a leader that stops its
@@ -528,13 +584,13 @@ impl Run {
         grace: Duration,
         cut_short: impl std::future::Future<Output = ()>,
     ) {
-        self.stop_with(first, FirstTo::Leader, grace, cut_short)
+        self.stop_with(Some(first), FirstTo::Leader, grace, cut_short)
             .await
     }
 
     async fn stop_with(
         &mut self,
-        first: Signal,
+        first: Option<Signal>,
         to: FirstTo,
         grace: Duration,
         cut_short: impl std::future::Future<Output = ()>,
@@ -558,31 +614,9 @@ impl Run {
             self.sink.emit(Event::TreeEmpty);
             return;
         }
-        if !grace.is_zero() && first != Signal::KILL {
-            let reached = match to {
-                // Each member is counted as it is reached: `signal_all` lists the members
-                // before it signals them, so one that dies of the signal is counted too.
-                FirstTo::All => {
-                    let reached = self.backend.signal_all(first);
-                    self.record(&reached);
-                    reached.len()
-                }
-                // Counted before the signal: the leader may die of it (and its tree with it)
-                // before any later look, yet it was alive when the stop began.
-                FirstTo::Leader => {
-                    let alive = self.backend.pids();
-                    let sent = self.signal_leader(first);
-                    self.stopped.extend(alive);
-                    usize::from(sent)
-                }
-            };
-            self.sink.emit(Event::Signalled {
-                signal: signal::name(first),
-                n: reached,
-                via: signal::VIA_HANDLE,
-            });
-            if first != Signal::CONT && reached > 0 {
-                self.backend.signal_all(Signal::CONT);
+        if !grace.is_zero() && first != Some(Signal::KILL) {
+            if let Some(first) = first {
+                self.send_first(first, to);
             }
             let deadline = Instant::now() + grace;
             let empty = self.backend.wait_empty(deadline);
@@ -760,9 +794,10 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
         ));
     }
     match errno {
-        Some(Errno::NOENT) => {
-            StartError::NotFound(format!("cannot run '{program}': command not found"))
-        }
+        Some(Errno::NOENT) => StartError::NotFound(
+            format!("cannot run '{program}': command not found"),
+            libc::ENOENT,
+        ),
         Some(
             Errno::ACCESS
             | Errno::PERM
@@ -772,7 +807,10 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
             | Errno::NOTDIR
             | Errno::LOOP
             | Errno::NAMETOOLONG,
-        ) => StartError::NotExecutable(format!("cannot run '{program}': {e}")),
+        ) => StartError::NotExecutable(
+            format!("cannot run '{program}': {e}"),
+            e.raw_os_error().unwrap_or(libc::EACCES),
+        ),
         _ => StartError::Reaper(format!("cannot start '{program}': {e}")),
     }
 }
