@@ -16,8 +16,10 @@
 //!   open, as it always is on macOS.
 //! - Nothing keeps the tree together if reaper itself is SIGKILLed: remembered groups live only
 //!   in reaper's memory (the guardian covers cgroups only).
-//! - A process that joins reaper's own process group or session is killed by pid only: those
-//!   are never remembered, since the leader starts in reaper's session (the user's terminal).
+//! - A process that joins a process group the run did not create (reaper's own, the login
+//!   shell's, another job's: any group of reaper's session, where the leader starts) is killed
+//!   by pid only: that group is never remembered nor signalled, and its other members are not
+//!   the run's.
 
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
