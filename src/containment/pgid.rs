@@ -168,7 +168,7 @@ fn member(e: ProcEntry) -> Member {
     }
 }
 
-/// `killpg`, for a group the tracker remembered (never reaper's own).
+/// `killpg`, for a group the tracker remembered (one the run created, never reaper's own).
 fn signal_group(pgid: i32, sig: Signal) {
     let Some(pid) = Pid::from_raw(pgid) else {
         return;

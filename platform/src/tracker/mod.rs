@@ -225,7 +225,7 @@ impl Tracker {
         self.leader
     }
 
-    /// Remembered process groups, to signal with `killpg`. Never reaper's own.
+    /// Remembered process groups, to signal with `killpg`: only groups the run created.
     pub fn groups(&self) -> Vec<i32> {
         let mut g: Vec<i32> = self.groups.keys().copied().collect();
         g.sort_unstable();
