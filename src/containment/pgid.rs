@@ -11,13 +11,16 @@
 //!   next look (fork, setsid, fork, exit within one poll interval): nothing of the run was ever
 //!   seen in its session, and its parent is gone. On Linux reaper is a child subreaper
 //!   (`Run::start`), so such an orphan becomes reaper's child, and the backend claims reaper's
-//!   children born after the leader — but only while it is the only run in this reaper process:
-//!   with several concurrent runs (`reaper mcp`) an orphan cannot be told apart, and the gap is
-//!   open, as it always is on macOS.
+//!   children born after the leader — but only while its backend is the only one in this
+//!   reaper process: with several concurrent runs (`reaper mcp`) an orphan cannot be told apart
+//!   (nor from another run's leader, forked but not yet registered), and the gap is open, as it
+//!   always is on macOS.
 //! - Nothing keeps the tree together if reaper itself is SIGKILLed: remembered groups live only
 //!   in reaper's memory (the guardian covers cgroups only).
-//! - A process that joins reaper's own process group or session is killed by pid only: those
-//!   are never remembered, since the leader starts in reaper's session (the user's terminal).
+//! - A process that joins a process group the run did not create (reaper's own, the login
+//!   shell's, another job's: any group of reaper's session, where the leader starts) is killed
+//!   by pid only: that group is never remembered nor signalled, and its other members are not
+//!   the run's.
 
 use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
@@ -34,15 +37,28 @@ use tokio::time::Instant;
 
 use super::{BackendKind, Containment, Member};
 
-/// pgid runs in this process that have a leader. Orphans adopted by reaper are attributed to a
-/// run only while there is exactly one.
-static LIVE_RUNS: AtomicUsize = AtomicUsize::new(0);
+/// pgid backends alive in this process, each counted from its creation until it is released,
+/// and how many were ever made. Orphans adopted by reaper are attributed to a run only while
+/// its backend is the only one: a backend exists before its leader is forked, so no other
+/// run's leader (reaper's child, born after this run's leader) can be taken for an orphan in
+/// the window between its fork and `spawned`.
+static LIVE_BACKENDS: AtomicUsize = AtomicUsize::new(0);
+static BACKENDS_MADE: AtomicUsize = AtomicUsize::new(0);
+
+/// (alive, ever made): equal before and after a snapshot, with one alive, means no other
+/// backend existed at any time while it was taken.
+fn census() -> (usize, usize) {
+    (
+        LIVE_BACKENDS.load(Ordering::SeqCst),
+        BACKENDS_MADE.load(Ordering::SeqCst),
+    )
+}
 
 pub struct PgidBackend {
     shared: Arc<Mutex<Shared>>,
     schedule: Schedule,
     poller: Option<tokio::task::JoinHandle<()>>,
-    /// Counted in `LIVE_RUNS` (between `spawned` and `release`).
+    /// Counted in `LIVE_BACKENDS` (from `new` until `release` or drop).
     counted: bool,
 }
 
@@ -71,11 +87,14 @@ impl PgidBackend {
         };
         // Fail now, with the reason, rather than at the first look of a running tree.
         shared.table.snapshot()?;
+        // Counted before the leader is forked (see `LIVE_BACKENDS`).
+        LIVE_BACKENDS.fetch_add(1, Ordering::SeqCst);
+        BACKENDS_MADE.fetch_add(1, Ordering::SeqCst);
         Ok(Self {
             shared: Arc::new(Mutex::new(shared)),
             schedule,
             poller: None,
-            counted: false,
+            counted: true,
         })
     }
 
@@ -84,7 +103,7 @@ impl PgidBackend {
             p.abort();
         }
         if std::mem::take(&mut self.counted) {
-            LIVE_RUNS.fetch_sub(1, Ordering::SeqCst);
+            LIVE_BACKENDS.fetch_sub(1, Ordering::SeqCst);
         }
     }
 }
@@ -100,9 +119,10 @@ impl Shared {
     /// (on macOS `ps` cannot even be started when a fork storm has used up the process limit),
     /// the last members stand: "nobody left" would end the run with the storm still running.
     fn look(&mut self) -> (Vec<ProcEntry>, usize) {
+        let before = census();
         match self.table.snapshot() {
             Ok(snap) => {
-                let adopter = self.adopter();
+                let adopter = self.adopter(before);
                 let o = self.tracker.observe(&snap, adopter);
                 self.last = o.members.clone();
                 (o.members, o.recorded)
@@ -120,13 +140,17 @@ impl Shared {
     }
 
     /// reaper as child subreaper receives the tree's orphans; they are this run's only if no
-    /// other run could have left them.
-    fn adopter(&self) -> Option<Adopter> {
+    /// other run could have left them, nor forked its leader, while the snapshot was taken
+    /// (`before`: the census just before it).
+    fn adopter(&self, before: (usize, usize)) -> Option<Adopter> {
         #[cfg(target_os = "linux")]
-        let adopting = subreaper::is_subreaper() && LIVE_RUNS.load(Ordering::SeqCst) == 1;
+        let adopting = subreaper::is_subreaper() && before.0 == 1 && census() == before;
         // macOS has no subreaper: orphans go to launchd, out of reaper's reach.
         #[cfg(not(target_os = "linux"))]
-        let adopting = false;
+        let adopting = {
+            let _ = before;
+            false
+        };
         adopting.then_some(Adopter { pid: self.self_pid })
     }
 }
@@ -144,7 +168,7 @@ fn member(e: ProcEntry) -> Member {
     }
 }
 
-/// `killpg`, for a group the tracker remembered (never reaper's own).
+/// `killpg`, for a group the tracker remembered (one the run created, never reaper's own).
 fn signal_group(pgid: i32, sig: Signal) {
     let Some(pid) = Pid::from_raw(pgid) else {
         return;
@@ -189,10 +213,6 @@ impl Containment for PgidBackend {
         {
             let mut s = lock(&self.shared);
             s.tracker.set_leader(pid, pid);
-            if !self.counted {
-                self.counted = true;
-                LIVE_RUNS.fetch_add(1, Ordering::SeqCst);
-            }
             // The leader is our unreaped child, so its pid is its until we reap it: take its
             // start time now, from its own entry. A whole look would block the runtime thread
             // for as long as the table takes to read (tens of ms beside a fork storm), and the
@@ -299,3 +319,91 @@ impl Containment for PgidBackend {
 const MAX_STOP_ROUNDS: usize = 64;
 /// How often the members' pidfds are checked while waiting for the tree to empty.
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    /// Set in the copy of the test binary that runs a test alone (see [`alone`]).
+    const ALONE: &str = "REAPER_PGID_TEST_ALONE";
+
+    /// Whether this is the copy that runs `name` alone; if not, runs that copy and checks it
+    /// passed. Adoption depends on process-wide state (being a child subreaper, the number of
+    /// pgid backends alive), which other tests of this binary would share.
+    fn alone(name: &str) -> bool {
+        if std::env::var_os(ALONE).is_some() {
+            return true;
+        }
+        let exe = std::env::current_exe().expect("the test binary's path");
+        let out = Command::new(exe)
+            .args(["--exact", name, "--nocapture", "--test-threads=1"])
+            .env(ALONE, "1")
+            .output()
+            .expect("run the test binary again");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{name} alone: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        false
+    }
+
+    fn sleeper(backend: &PgidBackend) -> std::process::Child {
+        let mut cmd = Command::new("sleep");
+        cmd.arg("30");
+        backend.prepare(&mut cmd);
+        cmd.spawn().expect("spawn sleep")
+    }
+
+    fn pid_of(child: &std::process::Child) -> Pid {
+        Pid::from_raw(child.id() as i32).expect("a child's pid is positive")
+    }
+
+    fn pids(members: &[Member]) -> Vec<i32> {
+        members.iter().map(|m| m.pid).collect()
+    }
+
+    /// Issue 10 (settled): in `reaper mcp --containment pgid`, call A's tracker adopted reaper's
+    /// children born after A's leader while A was the only run counted, and a run was counted
+    /// only from `spawned`: call B's leader, forked but not yet registered, was taken for A's
+    /// orphan (with its group), so A's stop would have killed B's tree. A backend now counts
+    /// from its creation, before its leader is forked.
+    #[test]
+    fn another_runs_leader_is_not_adopted_before_it_is_registered() {
+        if !alone(
+            "containment::pgid::tests::another_runs_leader_is_not_adopted_before_it_is_registered",
+        ) {
+            return;
+        }
+        subreaper::become_subreaper().expect("become a child subreaper");
+        let schedule = Schedule::new(Duration::from_millis(5), Duration::from_millis(50));
+        let mut a = PgidBackend::new(schedule).expect("backend A");
+        let mut leader_a = sleeper(&a);
+        a.spawned(pid_of(&leader_a));
+        assert_eq!(pids(&a.members()), vec![leader_a.id() as i32]);
+        // Call B has made its backend and forked its leader; `spawned` has not run yet.
+        let mut b = PgidBackend::new(schedule).expect("backend B");
+        let mut leader_b = sleeper(&b);
+        let seen_by_a = pids(&a.members());
+        b.spawned(pid_of(&leader_b));
+        let seen_by_b = pids(&b.members());
+        for c in [&mut leader_a, &mut leader_b] {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        assert_eq!(
+            seen_by_a,
+            vec![leader_a.id() as i32],
+            "A adopted B's leader"
+        );
+        assert_eq!(seen_by_b, vec![leader_b.id() as i32]);
+        assert!(!a
+            .shared
+            .lock()
+            .map(|s| s.tracker.groups().contains(&(leader_b.id() as i32)))
+            .unwrap_or(true));
+    }
+}

@@ -15,15 +15,26 @@
 //!   the number was freed and reused: the tracker forgets it rather than claim (and kill) the
 //!   newcomer's processes.
 //! - A process can only join a group of its own session, and a new session starts out holding
-//!   only its creator: whoever is in a remembered group or session is the run's (or joined on
-//!   purpose).
+//!   only its creator. The leader starts in reaper's session (the user's terminal), so a process
+//!   of the run can join any group of it: reaper's own, the login shell's, another job's. Such a
+//!   group is not the run's, and neither are its other members.
+//!
+//! So a group or session is remembered only if the run created it: its founder (the process
+//! whose pid is its number) was a process of the run — claimed in this look, or alive at the
+//! last — or, for a group, it lies in a session the run created (every process of such a
+//! session descends from its founder). The leader's group counts: reaper creates it. A process
+//! of the run that joins any other group is followed by itself (by pid and start time, and
+//! through its children), but that group is never remembered, claimed or signalled. reaper's
+//! own group and session are never remembered at all.
 //!
 //! Each look ([`Tracker::observe`]) claims, until nothing new turns up: the leader; every
 //! process remembered by pid and start time; every process in a remembered group or session, or
 //! in one named after a process of the run alive at the last look; every child of a claimed
-//! process. Everything claimed is remembered with its group and session — except reaper's own
-//! group and session, which are never remembered: the leader starts in reaper's session (the
-//! user's terminal), and killing that session's groups would kill the user's shell.
+//! process. Everything claimed is remembered, and with it its group and session when the run
+//! created them (above).
+//!
+//! A process outside the run that moves itself into a group of the run (only a process of
+//! reaper's own session can, and only on purpose) is taken for the run's, with its children.
 //!
 //! What it cannot see: a process born and gone between two looks. A double fork with `setsid()`
 //! in the middle (fork, setsid, fork, the middle exits) finished within one poll interval leaves
@@ -195,7 +206,11 @@ impl Tracker {
     /// `pgid`. Its start time is taken at the next look.
     pub fn set_leader(&mut self, pid: i32, pgid: i32) {
         self.leader_pid = Some(pid);
-        self.remember_group(pgid);
+        // reaper created this group for the run: the leader enters it before running any code
+        // of its own.
+        if pgid > 0 && pgid != self.own_pgid {
+            self.groups.entry(pgid).or_default();
+        }
     }
 
     /// The leader's start time, when known before the first look (it must be taken before the
@@ -210,7 +225,7 @@ impl Tracker {
         self.leader
     }
 
-    /// Remembered process groups, to signal with `killpg`. Never reaper's own.
+    /// Remembered process groups, to signal with `killpg`: only groups the run created.
     pub fn groups(&self) -> Vec<i32> {
         let mut g: Vec<i32> = self.groups.keys().copied().collect();
         g.sort_unstable();
@@ -288,11 +303,24 @@ impl Tracker {
                     }
                 }
             }
+            // Who can have founded a group or session of the run: a process of the run alive
+            // at the last look (`founders`), or one claimed in this look (a zombie too: its
+            // pid is its own until it is reaped).
+            let claimed: HashMap<i32, u64> = snap
+                .iter()
+                .zip(&ours)
+                .filter(|(_, &o)| o)
+                .map(|(e, _)| (e.pid, e.starttime))
+                .collect();
+            let founder = |id: i32| claimed.get(&id).or_else(|| founders.get(&id)).copied();
             let known = (self.groups.len(), self.sessions.len());
             for (i, e) in snap.iter().enumerate() {
                 if ours[i] {
-                    self.remember_group(e.pgid);
-                    self.remember_session(e.sid);
+                    self.remember_session(e.sid, founder(e.sid));
+                    // A group lies within one session: in a session the run created, every
+                    // process descends from the run, so every group was founded by the run.
+                    let in_ours = e.sid != self.own_sid && self.sessions.contains_key(&e.sid);
+                    self.remember_group(e.pgid, founder(e.pgid), in_ours);
                     if !e.zombie {
                         self.note_founder(e);
                     }
@@ -364,15 +392,25 @@ impl Tracker {
         matches!((adopter, self.leader), (Some(a), Some(l)) if e.ppid == a.pid && e.starttime >= l.starttime)
     }
 
-    fn remember_group(&mut self, pgid: i32) {
+    /// Remembers group `pgid` of a claimed process if the run created it: its founder (the
+    /// process whose pid is `pgid`) is of the run, with start time `founder`, or it lies in a
+    /// session the run created (`in_ours`). A group of reaper's session that a process of the
+    /// run merely joined (reaper's own, the login shell's, another job's) is not the run's: the
+    /// process is followed by itself, the group's other members are not, and the group is
+    /// never signalled.
+    fn remember_group(&mut self, pgid: i32, founder: Option<u64>, in_ours: bool) {
         if pgid > 0 && pgid != self.own_pgid {
-            self.groups.entry(pgid).or_default().empty_looks = 0;
+            remember(&mut self.groups, pgid, founder, in_ours);
         }
     }
 
-    fn remember_session(&mut self, sid: i32) {
+    /// Remembers session `sid` of a claimed process if the run created it (its founder is of
+    /// the run). No process can join a session, but the leader starts in reaper's (never
+    /// remembered), and a session whose founder was never seen as the run's is not proven the
+    /// run's.
+    fn remember_session(&mut self, sid: i32, founder: Option<u64>) {
         if sid > 0 && sid != self.own_sid {
-            self.sessions.entry(sid).or_default().empty_looks = 0;
+            remember(&mut self.sessions, sid, founder, false);
         }
     }
 
@@ -385,6 +423,22 @@ impl Tracker {
                 }
             }
         }
+    }
+}
+
+/// Keeps a remembered group or session remembered; remembers a new one only if the run created
+/// it (see [`Tracker::remember_group`]).
+fn remember(ids: &mut HashMap<i32, Remembered>, id: i32, founder: Option<u64>, ours: bool) {
+    if let Some(r) = ids.get_mut(&id) {
+        r.empty_looks = 0;
+    } else if founder.is_some() || ours {
+        ids.insert(
+            id,
+            Remembered {
+                empty_looks: 0,
+                founder,
+            },
+        );
     }
 }
 
@@ -622,6 +676,127 @@ mod tests {
         ]);
         let o = t.observe(&snap, Some(Adopter { pid: REAPER }));
         assert_eq!(pids(&o), vec![200]);
+    }
+
+    /// Issue 10 item 1: a process of the run joins a group of reaper's session it did not
+    /// create — another job's (60, with a second member 61), the login shell's (50, which also
+    /// names the session) — and stays in it. It is followed; the group is neither remembered
+    /// (so never signalled) nor a reason to claim its other members.
+    #[test]
+    fn a_group_the_run_merely_joined_is_never_claimed() {
+        for foreign in [60, 50] {
+            let mut t = tracker_with_leader();
+            let job = p(61, 50, 60, 50, 12);
+            t.observe(
+                &with(&[
+                    job.clone(),
+                    p(200, REAPER, 200, OWN_SID, 30),
+                    p(201, 200, 200, OWN_SID, 31),
+                ]),
+                None,
+            );
+            for _ in 0..3 {
+                let o = t.observe(
+                    &with(&[
+                        job.clone(),
+                        p(200, REAPER, 200, OWN_SID, 30),
+                        p(201, 200, foreign, OWN_SID, 31),
+                    ]),
+                    Some(Adopter { pid: REAPER }),
+                );
+                assert_eq!(pids(&o), vec![200, 201], "joined {foreign}");
+                assert_eq!(t.groups(), vec![200], "joined {foreign}");
+                assert!(t.sessions().is_empty());
+            }
+            // The leader exits: the joiner is still followed by identity, alone.
+            let o = t.observe(&with(&[job.clone(), p(201, 1, foreign, OWN_SID, 31)]), None);
+            assert_eq!(pids(&o), vec![201], "joined {foreign}");
+            assert!(!t.groups().contains(&foreign));
+        }
+    }
+
+    /// Issue 10 item 1: the leader joins a foreign group before the first look, so nothing of
+    /// the run was ever seen founding it.
+    #[test]
+    fn a_group_whose_founder_was_never_seen_in_the_run_is_not_claimed() {
+        let mut t = tracker_with_leader();
+        let o = t.observe(
+            &with(&[p(61, 50, 60, 50, 12), p(200, REAPER, 60, OWN_SID, 30)]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200]);
+        assert!(!t.groups().contains(&60), "{:?}", t.groups());
+    }
+
+    /// A process of the run that founds a group of its own in reaper's session: the group is
+    /// the run's, and claims a member orphaned in it between two looks.
+    #[test]
+    fn a_group_founded_by_a_run_member_is_claimed() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 200, OWN_SID, 31),
+            ]),
+            None,
+        );
+        // 201 calls setpgid(0, 0), forks 202, and exits before the next look: 202 is an orphan
+        // linked to the run only by group 201.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(202, 1, 201, OWN_SID, 32),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+        assert_eq!(t.groups(), vec![200, 201]);
+    }
+
+    /// A group whose number was once a run member's pid, but which an unrelated process of
+    /// reaper's session founded after that member died and its pid was reused, is not the
+    /// run's, even when a process of the run joins it.
+    #[test]
+    fn a_group_of_a_reused_number_is_not_claimed() {
+        let mut t = tracker_with_leader();
+        t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 200, 200, OWN_SID, 31),
+                p(202, 200, 200, OWN_SID, 32),
+            ]),
+            None,
+        );
+        // 201 died; pid 201 now belongs to a job of the user's shell, in a group of its own
+        // with another member (203), and the run's 202 joins that group.
+        let o = t.observe(
+            &with(&[
+                p(200, REAPER, 200, OWN_SID, 30),
+                p(201, 50, 201, OWN_SID, 90),
+                p(202, 200, 201, OWN_SID, 32),
+                p(203, 201, 201, OWN_SID, 91),
+            ]),
+            None,
+        );
+        assert_eq!(pids(&o), vec![200, 202]);
+        assert!(!t.groups().contains(&201), "{:?}", t.groups());
+    }
+
+    /// A session is claimed only when the run founded it: an adopted orphan's session whose
+    /// founder was never seen (a double fork within one look) is not proven the run's, though
+    /// the orphan itself is followed.
+    #[test]
+    fn a_session_whose_founder_was_never_seen_is_not_claimed() {
+        let mut t = tracker_with_leader();
+        t.observe(&with(&[p(200, REAPER, 200, OWN_SID, 30)]), None);
+        let snap = with(&[
+            p(200, REAPER, 200, OWN_SID, 30),
+            p(202, REAPER, 201, 201, 33),
+        ]);
+        let o = t.observe(&snap, Some(Adopter { pid: REAPER }));
+        assert_eq!(pids(&o), vec![200, 202]);
+        assert!(t.sessions().is_empty(), "{:?}", t.sessions());
+        assert_eq!(t.groups(), vec![200]);
     }
 
     #[test]
