@@ -244,6 +244,7 @@ impl Guardian {
 /// and is taken over. The pidfd on reaper bounds the wait for that EOF once reaper is known to
 /// be dead, and tells when reaper's supervisor leaf is empty.
 pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
+    ignore_stop_signals();
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
     let dirs = read_dirs(reaper.as_ref());
@@ -343,6 +344,36 @@ fn owned(dirs: &[PathBuf], mine: impl Fn(&str) -> bool) -> Vec<PathBuf> {
         }
     }
     found
+}
+
+/// The guardian must outlive reaper to clean up after it, yet it receives stop signals meant for
+/// others: a reaper nested inside another reaper's run has its guardian in that run's tree, and
+/// the outer reaper's first signal (TERM, or timeout(1)'s `-s` signal) reaches every member. So
+/// every signal whose default action ends a process and that a stop may send is ignored; SIGKILL
+/// (the outer reaper's `cgroup.kill`) still ends it, as it must.
+fn ignore_stop_signals() {
+    for sig in [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGALRM,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGPIPE,
+        libc::SIGVTALRM,
+        libc::SIGPROF,
+        libc::SIGPOLL,
+        libc::SIGPWR,
+        libc::SIGXCPU,
+        libc::SIGXFSZ,
+    ] {
+        // SAFETY: SIG_IGN installs no handler, so no code runs on delivery; nothing else in the
+        // guardian changes signal dispositions.
+        unsafe {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
 }
 
 /// Kills and removes `cgroups`; says so for run cgroups (`loud`), which reaper should have

@@ -337,3 +337,60 @@ fn sigkill_right_after_start_leaves_no_cgroup() {
         );
     }
 }
+
+/// A reaper nested inside another reaper's run has its guardian in that run's tree, so the outer
+/// reaper's first signal (TERM, or timeout(1)'s `-s` signal) reaches the guardian too: it killed
+/// it, and the inner reaper lost its cover against its own SIGKILL. The guardian now ignores every
+/// stop signal; only SIGKILL (the outer `cgroup.kill`) ends it. Checked by the outcome: after the
+/// signals, reaper is SIGKILLed and its guardian still empties and removes the run's cgroup.
+#[test]
+fn stop_signals_meant_for_the_tree_do_not_end_the_guardian() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let t = Tree::new();
+    let mut child = reaper()
+        .args(["run", "--events", "--grace", "30s", "--"])
+        .args(t.fixture(&["setsid-grandchild"]))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    t.wait_ready(Duration::from_secs(10));
+    let mut first = String::new();
+    {
+        let mut err = child.stderr.take().unwrap();
+        let mut byte = [0u8; 1];
+        while err.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+            first.push(byte[0] as char);
+        }
+    }
+    let spawned: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
+    let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
+    let guardian = pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    for sig in [
+        Signal::TERM,
+        Signal::INT,
+        Signal::HUP,
+        Signal::QUIT,
+        Signal::ALARM,
+        Signal::USR1,
+        Signal::USR2,
+    ] {
+        rustix::process::pidfd_send_signal(&guardian, sig).unwrap();
+    }
+    signal_child(&child, Signal::KILL);
+    let _ = child.wait();
+    assert!(
+        wait_until(Duration::from_secs(5), || t.all_dead()),
+        "the guardian did not take over: survivors {:?}",
+        t.survivors()
+    );
+    t.assert_all_dead("reaper SIGKILLed after its guardian got stop signals");
+    assert!(
+        wait_until(Duration::from_secs(5), || !cgroup.exists()),
+        "cgroup {} left behind",
+        cgroup.display()
+    );
+}
