@@ -42,3 +42,10 @@ if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && [ ! -x "$cache/codex/node_modules/.bin/c
   (cd "$cache/codex" && npm install --silent --no-audit --no-fund "@openai/codex@$CODEX" >/dev/null) ||
     echo "warning: could not install @openai/codex; the real-codex tests will be skipped"
 fi
+
+# The VM lane (ci/vm): QEMU, mmdebstrap, and its Debian image (cached under $cache/vm, rebuilt
+# only when its recipe changes). ci/test.sh fails if the lane cannot run here, unless
+# REAPER_SKIP_VM=1 says to do without it.
+if [ "${REAPER_SKIP_VM:-}" != 1 ]; then
+  ci/vm/install-deps.sh
+fi

@@ -55,6 +55,22 @@ fi
 step "interop tests with real MCP clients"
 ci/interop.sh
 
+step "VM lane: systemd, pure cgroup v2, a normal user, in QEMU (ci/vm)"
+# Host shapes this machine is not (ci/vm/README.md). Exit 77 means this host cannot run the
+# lane; that is a failure unless REAPER_SKIP_VM=1 asks to do without it.
+if [ "${REAPER_SKIP_VM:-}" = 1 ]; then
+  echo "skipped: REAPER_SKIP_VM=1"
+else
+  cargo build --quiet --bins
+  vm=0
+  REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
+    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" || vm=$?
+  if [ "$vm" != 0 ]; then
+    echo "the VM lane failed (exit $vm)"
+    exit "$vm"
+  fi
+fi
+
 if [ -x ci/bench.sh ]; then
   step "ci/bench.sh --quick"
   ci/bench.sh --quick
