@@ -59,7 +59,23 @@ pub struct Report {
     /// macOS: what the pgid backend, the only one there, does not contain.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub limits: Option<String>,
+    /// Signs of a container, and what containment they leave.
+    pub container: Container,
     pub hints: Vec<String>,
+}
+
+/// What a container changes for reaper (Linux).
+#[derive(Debug, Default, Serialize)]
+pub struct Container {
+    /// reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process left
+    /// in the namespace, so the namespace itself contains the tree.
+    pub pid1: bool,
+    /// In a PID namespace other than the machine's.
+    pub pid_namespace: bool,
+    /// In a cgroup namespace other than the machine's (`--cgroupns=private`).
+    pub cgroup_namespace: bool,
+    /// The cgroup2 file system is mounted read-only (Docker's and Kubernetes' default).
+    pub cgroupfs_read_only: bool,
 }
 
 #[cfg(target_os = "linux")]
@@ -135,6 +151,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
             }
         }
     }
+    container(&mut r);
     if r.cgroup_writable && r.pidfd {
         r.auto_backend = "cgroup";
         r.why = format!(
@@ -167,6 +184,44 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
     }
     r
+}
+
+/// Signs of a container, what containment they leave, and what the user can change.
+#[cfg(target_os = "linux")]
+fn container(r: &mut Report) {
+    use reaper_platform::linux::namespaces;
+    let c = &mut r.container;
+    c.pid1 = namespaces::is_pid1();
+    c.pid_namespace = namespaces::in_child_pid_namespace().unwrap_or(false);
+    c.cgroup_namespace = namespaces::in_child_cgroup_namespace().unwrap_or(false);
+    c.cgroupfs_read_only = r
+        .cgroup2_mount
+        .as_deref()
+        .is_some_and(|m| namespaces::read_only(std::path::Path::new(m)).unwrap_or(false));
+    if c.cgroupfs_read_only {
+        r.hints.push(
+            "the cgroup file system is mounted read-only (a container's default): to get the \
+             cgroup backend, run the container with a writable cgroup of its own (Docker: \
+             --cgroupns=private with a writable /sys/fs/cgroup, or a delegated cgroup); or use \
+             --containment pgid to run concurrent `reaper mcp` calls side by side"
+                .into(),
+        );
+    }
+    if c.pid1 {
+        r.hints.push(
+            "reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process \
+             left in the namespace, so nothing started inside outlives the container's reaper \
+             whatever the backend"
+                .into(),
+        );
+    } else if c.pid_namespace && !r.cgroup_writable {
+        r.hints.push(
+            "in a PID namespace (a container?) without a writable cgroup: run reaper as the \
+             container's PID 1 (ENTRYPOINT [\"reaper\", \"run\", \"--\", …]) so the namespace \
+             itself contains the tree"
+                .into(),
+        );
+    }
 }
 
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
@@ -323,6 +378,7 @@ fn human(r: &Report) -> String {
             None => "no".to_owned(),
         },
     );
+    line("container", &describe_container(&r.container));
     line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
     if let Some(w) = &r.without_cgroup {
         line("without cgroup", w);
@@ -331,6 +387,28 @@ fn human(r: &Report) -> String {
         s.push_str(&format!("hint: {h}\n"));
     }
     s
+}
+
+/// One line: what of a container reaper sees.
+#[cfg(target_os = "linux")]
+fn describe_container(c: &Container) -> String {
+    let mut signs = Vec::new();
+    if c.pid1 {
+        signs.push("PID 1 of its PID namespace (the namespace contains the tree)");
+    } else if c.pid_namespace {
+        signs.push("in a PID namespace");
+    }
+    if c.cgroup_namespace {
+        signs.push("in a cgroup namespace");
+    }
+    if c.cgroupfs_read_only {
+        signs.push("cgroup file system read-only");
+    }
+    if signs.is_empty() {
+        "none seen (the machine's own PID and cgroup namespaces)".into()
+    } else {
+        signs.join("; ")
+    }
 }
 
 #[cfg(all(test, target_os = "linux"))]

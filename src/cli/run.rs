@@ -61,7 +61,8 @@ pub struct RunArgs {
     #[command(flatten)]
     pub guard: GuardArgs,
 
-    /// Say nothing on stderr about timeouts and killed leftovers (errors are still printed).
+    /// Say nothing on stderr about timeouts, killed leftovers and a containment fallback (errors
+    /// are still printed).
     #[arg(short, long)]
     pub quiet: bool,
 
@@ -274,7 +275,9 @@ async fn run(mut args: RunArgs) -> u8 {
             return e.exit_code();
         }
     };
-    if let Some(w) = &run.warning {
+    // One line, once per run; `-q` silences it too (a container's entrypoint starts reaper on
+    // every container start, and the timeout face is as quiet as timeout(1)).
+    if let Some(w) = run.warning.as_ref().filter(|_| !args.quiet) {
         say!("{w}");
     }
     let mut stdin_eof = pipes.stdin.and_then(relay_stdin);
