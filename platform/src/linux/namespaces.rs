@@ -13,7 +13,7 @@ const PROC_CGROUP_INIT_INO: u64 = 0xEFFF_FFFB;
 fn ns_inode(kind: &str) -> Option<u64> {
     rustix::fs::stat(format!("/proc/self/ns/{kind}").as_str())
         .ok()
-        .map(|st| st.st_ino as u64)
+        .map(|st| st.st_ino)
 }
 
 /// Whether this process is in a PID namespace other than the machine's (`None`: unknown, e.g.
