@@ -98,8 +98,10 @@ async fn delegate(mode: Mode) -> Delegation {
 
 async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
     let manager = Manager::connect(bus, CALL_TIMEOUT).await?;
-    let pid = rustix::process::getpid().as_raw_nonzero().get() as u32;
-    if let Ok((unit, true)) = manager.unit_of(pid).await {
+    // PID 0 means "the caller" to systemd, which then takes reaper's pid from the bus's peer
+    // credentials, in its own PID namespace: in a container reaper's own pid names some other
+    // process there, and moving that one into reaper's scope would touch what is not reaper's.
+    if let Ok((unit, true)) = manager.unit_of(0).await {
         return Ok(Delegation::Inherited { unit });
     }
     let (_, start) =
@@ -107,11 +109,12 @@ async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
             step: "naming the scope",
             detail: format!("cannot read /proc/self/stat: {e}"),
         })?;
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
     let unit = format!("reaper-{pid}-{start}.scope");
     manager
         .start_delegated_scope(
             &unit,
-            pid,
+            0,
             &format!("reaper {pid}: its run cgroups"),
             JOB_TIMEOUT,
         )

@@ -94,7 +94,8 @@ impl Manager {
         self.bus
     }
 
-    /// The unit `pid` belongs to, and whether it has `Delegate=yes` (a subtree already ours).
+    /// The unit `pid` belongs to (0: the caller, as systemd sees it), and whether it has
+    /// `Delegate=yes` (a subtree already ours).
     pub async fn unit_of(&self, pid: u32) -> Result<(String, bool), SystemdError> {
         let reply = self
             .conn
@@ -154,7 +155,8 @@ impl Manager {
             .map_err(fail("a unit property's value"))
     }
 
-    /// Starts the transient scope `unit` (`NAME.scope`) with `Delegate=yes` holding `pid`, and
+    /// Starts the transient scope `unit` (`NAME.scope`) with `Delegate=yes` holding `pid` (0: the
+    /// caller, whose pid systemd takes from the bus credentials, right across PID namespaces), and
     /// waits until systemd has finished the start job (the move is done then). The scope is
     /// collected when its last process exits.
     pub async fn start_delegated_scope(
