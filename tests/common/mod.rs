@@ -20,8 +20,11 @@ pub fn reaper() -> Command {
     c
 }
 
+pub mod bins;
+
+/// `reaper-fixture` (a binary of the testkit package, built if needed).
 pub fn fixture_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_reaper-fixture")
+    bins::fixture()
 }
 
 /// The cgroup2 mount, when there is one.

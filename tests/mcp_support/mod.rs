@@ -17,8 +17,12 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::process::{Child, Command};
 
+#[path = "../common/bins.rs"]
+mod bins;
+
+pub use bins::fake_codex;
+
 pub const REAPER: &str = env!("CARGO_BIN_EXE_reaper");
-pub const FAKE_CODEX: &str = env!("CARGO_BIN_EXE_fake-codex");
 
 /// Records every progress notification the server sends, with the time it arrived.
 #[derive(Clone, Default)]
@@ -63,7 +67,7 @@ pub async fn start(opts: Options<'_>) -> Server {
     let mut cmd = Command::new(REAPER);
     cmd.arg("mcp")
         .args(opts.args)
-        .env("CODEX_CMD", FAKE_CODEX)
+        .env("CODEX_CMD", fake_codex())
         .env("FAKE_CODEX_PIDS", &pids)
         .env_remove("REAPER_TIMEOUT")
         .env_remove("CODEX_CLI_MCP_SLIM_TIMEOUT")
