@@ -20,11 +20,9 @@ pub fn reaper() -> Command {
     c
 }
 
-pub mod bins;
-
 /// `reaper-fixture` (a binary of the testkit package, built if needed).
 pub fn fixture_bin() -> &'static str {
-    bins::fixture()
+    reaper_testkit::fixture()
 }
 
 /// The cgroup2 mount, when there is one.

@@ -17,10 +17,7 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::process::{Child, Command};
 
-#[path = "../common/bins.rs"]
-mod bins;
-
-pub use bins::fake_codex;
+pub use reaper_testkit::fake_codex;
 
 pub const REAPER: &str = env!("CARGO_BIN_EXE_reaper");
 

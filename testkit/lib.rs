@@ -1,6 +1,7 @@
-//! Where the helper binaries are: `reaper-fixture` and `fake-codex` belong to the
-//! `reaper-testkit` package (testkit/), so that `cargo install --path .` installs `reaper` alone,
-//! and Cargo's `CARGO_BIN_EXE_<name>` exists only for binaries of the test's own package.
+//! Where the helper binaries are, for the integration tests of the `reaper` package.
+//! `reaper-fixture` and `fake-codex` belong to this package, so that `cargo install --path .`
+//! installs `reaper` alone, and Cargo's `CARGO_BIN_EXE_<name>` exists only for binaries of the
+//! test's own package (a dev-dependency's binaries are not even built).
 //!
 //! A test executable is `<target>/<profile>/deps/<test>-<hash>`, and Cargo puts a package's
 //! binaries in `<target>/<profile>/`: the helpers are looked for there. The first call in a test
@@ -83,6 +84,7 @@ fn build() -> Result<PathBuf, String> {
     let mut cmd = Command::new(&cargo);
     cmd.args(["build", "--quiet", "-p", "reaper-testkit", "--bins"])
         .arg("--manifest-path")
+        // This package's manifest: the workspace (and so Cargo.lock) is found from it.
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
         .arg("--target-dir")
         .arg(target_dir);
