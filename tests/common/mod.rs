@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use reaper_platform::linux::procfs;
+
 pub fn reaper() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reaper"));
     c.env("RUST_LOG", "warn");
@@ -276,11 +278,9 @@ impl Drop for Tree {
     }
 }
 
+/// `/proc/PID/stat`'s state and start time (read by the platform's parser).
 pub fn stat(pid: i32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+    procfs::stat(pid).ok().map(|s| (s.state, s.starttime))
 }
 
 pub fn state(pid: i32) -> Option<char> {
@@ -289,7 +289,7 @@ pub fn state(pid: i32) -> Option<char> {
 
 /// Alive = exists with the same start time and is not a zombie (zombies are dead).
 pub fn alive(pid: i32, starttime: u64) -> bool {
-    matches!(stat(pid), Some((st, t)) if t == starttime && st != 'Z' && st != 'X')
+    procfs::is_alive(pid, starttime)
 }
 
 pub fn pidfd_checked(pid: i32, starttime: u64) -> Option<std::os::fd::OwnedFd> {

@@ -163,19 +163,9 @@ pub fn recorded(path: &Path) -> Vec<Proc> {
         .collect()
 }
 
-/// `/proc/PID/stat`: state and start time.
-fn stat(pid: i32) -> Option<(char, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let start = f.nth(18)?.parse().ok()?;
-    Some((state, start))
-}
-
 /// Whether the process is still alive: same pid, same start time, not a zombie.
 pub fn alive(p: &Proc) -> bool {
-    matches!(stat(p.pid), Some((state, start)) if start == p.starttime && !matches!(state, 'Z' | 'X'))
+    reaper_platform::linux::procfs::is_alive(p.pid, p.starttime)
 }
 
 /// The recorded processes still alive.
