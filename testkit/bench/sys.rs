@@ -101,10 +101,12 @@ pub fn spawn(cmd: &Cmd, join: Join, io: &Stdio) -> io::Result<pid_t> {
         -1 => Err(io::Error::last_os_error()),
         0 => {
             match join {
-                // SAFETY: async-signal-safe calls on a prepared fd.
+                // SAFETY: setpgid(2) on the child itself; async-signal-safe.
                 Join::Pgroup => unsafe {
                     libc::setpgid(0, 0);
                 },
+                // SAFETY: async-signal-safe calls on a prepared fd (`cgroup.procs`, opened before
+                // the fork) and a static buffer.
                 Join::CgroupProcs(fd) => unsafe {
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         libc::_exit(126);
