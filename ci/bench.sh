@@ -22,15 +22,20 @@ for arg in "$@"; do
   esac
 done
 
-bins=(--bin reaper --bin reaper-fixture --bin fake-codex --bin reaper-bench)
+# reaper, and the fixture, fake codex and benchmark of the testkit package (testkit/): built as
+# two packages, as `cargo test` and the tests build them, so the smoke run reuses their builds.
+build() {
+  cargo build --quiet "$@" --bin reaper
+  cargo build --quiet "$@" -p reaper-testkit --bins
+}
 target=${CARGO_TARGET_DIR:-target}
 if [ -n "$quick" ]; then
   # The smoke run only proves the benchmark still works; the debug build is already there
   # after `cargo test`, and its figures are not for quoting.
-  cargo build --quiet "${bins[@]}"
+  build
   dir=$target/debug
 else
-  cargo build --quiet --release "${bins[@]}"
+  build --release
   dir=$target/release
 fi
 

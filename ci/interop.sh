@@ -11,7 +11,8 @@ if [ -x "$cache/codex/node_modules/.bin/codex" ]; then
   export REAPER_REAL_CODEX="$cache/codex/node_modules/.bin/codex"
 fi
 
-cargo build --quiet --bins
+cargo build --quiet --bin reaper
+cargo build --quiet -p reaper-testkit --bins  # reaper-fixture, fake-codex (testkit/)
 
 "$cache/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop
 

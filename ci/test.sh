@@ -22,7 +22,8 @@ step "macOS build: cargo check + clippy --target x86_64-apple-darwin"
 # The pgid backend is macOS's; its platform code is compiled here, never run. No linker needed.
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
   cargo check --target x86_64-apple-darwin -p reaper-platform
-  cargo clippy --target x86_64-apple-darwin --bin reaper --bin reaper-fixture --bin fake-codex -- -D warnings
+  cargo clippy --target x86_64-apple-darwin --bin reaper -- -D warnings
+  cargo clippy --target x86_64-apple-darwin -p reaper-testkit --bin reaper-fixture --bin fake-codex -- -D warnings
 else
   echo "skipped: the x86_64-apple-darwin target is not installed (rustup target add x86_64-apple-darwin)"
 fi
@@ -32,6 +33,9 @@ step "what this machine has: a test that needs it must not skip here"
 # machine has it, the same skip would be a vacuous pass, so REAPER_REQUIRE turns it into a
 # failure (tests/common: `have`).
 cargo build --quiet --bin reaper
+# The tests' helper binaries (testkit/); the tests would build them on first use, this does it
+# up front so that a build failure shows here, once.
+cargo build --quiet -p reaper-testkit --bins
 require=()
 if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_writable": true'; then require+=(cgroup); fi
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
@@ -61,7 +65,7 @@ step "VM lane: systemd, pure cgroup v2, a normal user, in QEMU (ci/vm)"
 if [ "${REAPER_SKIP_VM:-}" = 1 ]; then
   echo "skipped: REAPER_SKIP_VM=1"
 else
-  cargo build --quiet --bins
+  cargo build --quiet --workspace --bins
   vm=0
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
     -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" || vm=$?

@@ -11,7 +11,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_support::{Collector, Server, FAKE_CODEX, REAPER};
+use mcp_support::{fake_codex, Collector, Server, REAPER};
 use rmcp::model::{CallToolRequestParams, ClientRequest, ServerResult};
 use rmcp::ServiceExt;
 use serde_json::json;
@@ -27,7 +27,7 @@ async fn start_logged(args: &[&str], log: &Path) -> Server {
     let mut child = tokio::process::Command::new(REAPER)
         .arg("mcp")
         .args(args)
-        .env("CODEX_CMD", FAKE_CODEX)
+        .env("CODEX_CMD", fake_codex())
         .env("FAKE_CODEX_PIDS", &pids)
         .env("RUST_LOG", "warn")
         .env_remove("REAPER_TIMEOUT")

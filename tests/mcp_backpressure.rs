@@ -38,7 +38,7 @@ impl Raw {
         let mut child = Command::new(REAPER)
             .arg("mcp")
             .args(args)
-            .env("CODEX_CMD", FAKE_CODEX)
+            .env("CODEX_CMD", fake_codex())
             .env("FAKE_CODEX_PIDS", &pids)
             .env_remove("REAPER_TIMEOUT")
             .env_remove("CODEX_CLI_MCP_SLIM_TIMEOUT")

@@ -28,16 +28,9 @@ async fn the_oracle_sees_a_live_process() {
         .spawn()
         .expect("sleep starts");
     let pid = child.id() as i32;
-    let start = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|t| {
-            t[t.rfind(')')? + 1..]
-                .split_whitespace()
-                .nth(19)?
-                .parse()
-                .ok()
-        })
-        .expect("a start time");
+    let start = reaper_platform::linux::procfs::stat(pid)
+        .expect("a start time")
+        .starttime;
     let p = Proc {
         pid,
         starttime: start,

@@ -273,7 +273,7 @@ async fn argv_follows_the_contract() {
     assert_eq!(
         argv,
         [
-            FAKE_CODEX,
+            fake_codex(),
             "exec",
             "-C",
             &dir,
@@ -311,7 +311,16 @@ async fn argv_follows_the_contract() {
         serde_json::from_str(sc["content"].as_str().expect("content")).expect("argv as JSON");
     assert_eq!(
         argv,
-        [FAKE_CODEX, "exec", "resume", "T9", "-m", "m2", "--json", "-"]
+        [
+            fake_codex(),
+            "exec",
+            "resume",
+            "T9",
+            "-m",
+            "m2",
+            "--json",
+            "-"
+        ]
     );
 }
 
@@ -332,7 +341,7 @@ async fn server_flags_win_over_once_only_parameters() {
     let argv = format!(
         "{}",
         json!([
-            FAKE_CODEX,
+            fake_codex(),
             "exec",
             "-C",
             "/",
@@ -414,7 +423,7 @@ async fn results_success_failure_and_no_message() {
         )
         .await;
     assert_eq!(r.is_error, Some(true));
-    let argv = format!("['{FAKE_CODEX}', 'exec', '--json', '-']");
+    let argv = format!("['{}', 'exec', '--json', '-']", fake_codex());
     assert_eq!(
         text(&r),
         format!("[ERROR] quota exceeded\n\nreturncode=0\n\nerrors:\nquota exceeded\n\n[codex] thread_id=T1 status=failed\n\nstderr:\noops\n\n\nargv: {argv}")
@@ -485,7 +494,7 @@ async fn a_missing_codex_binary_is_a_launch_failure() {
 async fn malformed_lines_and_unknown_methods_do_not_stop_the_server() {
     let mut child = tokio::process::Command::new(REAPER)
         .arg("mcp")
-        .env("CODEX_CMD", FAKE_CODEX)
+        .env("CODEX_CMD", fake_codex())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)

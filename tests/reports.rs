@@ -84,10 +84,11 @@ async fn an_mcp_call_with_10_mb_of_env_is_a_launch_failure_that_says_why() {
     let head: String = t.chars().take(600).collect();
     assert!(
         t.starts_with(&format!(
-            "[ERROR] failed to launch codex binary: cannot run '{FAKE_CODEX}': its arguments and \
+            "[ERROR] failed to launch codex binary: cannot run '{}': its arguments and \
              environment are too large for exec (E2BIG): one argument or environment variable \
              is 10485765 bytes, over the 131072-byte limit for a single one; pass large data \
-             through a file or stdin instead"
+             through a file or stdin instead",
+            fake_codex()
         )),
         "{head}"
     );

@@ -108,6 +108,9 @@ fn set_foreground(tty: RawFd, group: i32) -> std::io::Result<()> {
 /// # Safety
 /// Only between fork and exec, with `tty` an open terminal fd.
 pub unsafe fn child_take_foreground(tty: RawFd) -> i32 {
+    // SAFETY: the signal sets are local plain data (valid zeroed, then initialized by
+    // sigemptyset); tcsetpgrp gets the terminal fd the caller vouches for; no allocation, so
+    // safe between fork and exec.
     unsafe {
         let (mut ttou, mut old): (libc::sigset_t, libc::sigset_t) =
             (std::mem::zeroed(), std::mem::zeroed());

@@ -52,10 +52,12 @@ fn caught(t: Trial) -> bool {
     let leader = unsafe { libc::fork() };
     assert!(leader >= 0, "fork failed");
     if leader == 0 {
+        // SAFETY: in the forked child, right after the fork (`escape`'s contract); `wr` is open.
         unsafe { escape(t, wr.as_raw_fd()) }
     }
     // Both sides set the group, so it exists before either goes on (the classic job-control
     // idiom); the backend gets the same from `process_group(0)`.
+    // SAFETY: setpgid(2) on our own unreaped child: its pid cannot have been reused.
     unsafe { libc::setpgid(leader, leader) };
     drop(wr);
 
@@ -105,6 +107,8 @@ fn caught(t: Trial) -> bool {
     if let Ok(fd) = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()) {
         let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
     }
+    // SAFETY: plain syscalls with a null status pointer; `leader` is our unreaped child, so the
+    // kill reaches no one else (the escapee was killed through its pidfd above).
     unsafe {
         libc::kill(leader, libc::SIGKILL);
         libc::waitpid(leader, std::ptr::null_mut(), 0);
@@ -115,6 +119,12 @@ fn caught(t: Trial) -> bool {
 }
 
 /// The leader's side. Async-signal-safe calls only (we are a forked copy of a threaded process).
+///
+/// # Safety
+///
+/// Only in the child of a `fork` of this (threaded) test process, before anything else: it never
+/// returns, and it allocates nothing (another thread's lock may be held forever in the child).
+/// `report` is the write end of a pipe.
 unsafe fn escape(t: Trial, report: i32) -> ! {
     libc::setpgid(0, 0);
     // Everything forked here dies by itself if the test does not kill it.
@@ -141,12 +151,14 @@ unsafe fn escape(t: Trial, report: i32) -> ! {
     }
 }
 
-unsafe fn nap(d: Duration) {
+/// Sleeps `d`, resuming after signals. Async-signal-safe: `escape` calls it after the fork.
+fn nap(d: Duration) {
     let mut ts = libc::timespec {
         tv_sec: d.as_secs() as libc::time_t,
         tv_nsec: d.subsec_nanos() as libc::c_long,
     };
-    while libc::nanosleep(&ts, &mut ts) != 0 {}
+    // SAFETY: nanosleep(2) reads and writes only the local timespec.
+    while unsafe { libc::nanosleep(&ts, &mut ts) } != 0 {}
 }
 
 /// Escapes at `n` evenly spread points of one poll interval, after the schedule has backed off

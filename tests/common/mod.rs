@@ -14,14 +14,17 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use reaper_platform::linux::procfs;
+
 pub fn reaper() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_reaper"));
     c.env("RUST_LOG", "warn");
     c
 }
 
+/// `reaper-fixture` (a binary of the testkit package, built if needed).
 pub fn fixture_bin() -> &'static str {
-    env!("CARGO_BIN_EXE_reaper-fixture")
+    reaper_testkit::fixture()
 }
 
 /// The cgroup2 mount, when there is one.
@@ -275,11 +278,9 @@ impl Drop for Tree {
     }
 }
 
+/// `/proc/PID/stat`'s state and start time (read by the platform's parser).
 pub fn stat(pid: i32) -> Option<(char, u64)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    Some((f.first()?.chars().next()?, f.get(19)?.parse().ok()?))
+    procfs::stat(pid).ok().map(|s| (s.state, s.starttime))
 }
 
 pub fn state(pid: i32) -> Option<char> {
@@ -288,7 +289,7 @@ pub fn state(pid: i32) -> Option<char> {
 
 /// Alive = exists with the same start time and is not a zombie (zombies are dead).
 pub fn alive(pid: i32, starttime: u64) -> bool {
-    matches!(stat(pid), Some((st, t)) if t == starttime && st != 'Z' && st != 'X')
+    procfs::is_alive(pid, starttime)
 }
 
 pub fn pidfd_checked(pid: i32, starttime: u64) -> Option<std::os::fd::OwnedFd> {

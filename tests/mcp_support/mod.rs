@@ -17,8 +17,9 @@ use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use serde_json::{Map, Value};
 use tokio::process::{Child, Command};
 
+pub use reaper_testkit::fake_codex;
+
 pub const REAPER: &str = env!("CARGO_BIN_EXE_reaper");
-pub const FAKE_CODEX: &str = env!("CARGO_BIN_EXE_fake-codex");
 
 /// Records every progress notification the server sends, with the time it arrived.
 #[derive(Clone, Default)]
@@ -63,7 +64,7 @@ pub async fn start(opts: Options<'_>) -> Server {
     let mut cmd = Command::new(REAPER);
     cmd.arg("mcp")
         .args(opts.args)
-        .env("CODEX_CMD", FAKE_CODEX)
+        .env("CODEX_CMD", fake_codex())
         .env("FAKE_CODEX_PIDS", &pids)
         .env_remove("REAPER_TIMEOUT")
         .env_remove("CODEX_CLI_MCP_SLIM_TIMEOUT")
@@ -162,19 +163,9 @@ pub fn recorded(path: &Path) -> Vec<Proc> {
         .collect()
 }
 
-/// `/proc/PID/stat`: state and start time.
-fn stat(pid: i32) -> Option<(char, u64)> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut f = rest.split_whitespace();
-    let state = f.next()?.chars().next()?;
-    let start = f.nth(18)?.parse().ok()?;
-    Some((state, start))
-}
-
 /// Whether the process is still alive: same pid, same start time, not a zombie.
 pub fn alive(p: &Proc) -> bool {
-    matches!(stat(p.pid), Some((state, start)) if start == p.starttime && !matches!(state, 'Z' | 'X'))
+    reaper_platform::linux::procfs::is_alive(p.pid, p.starttime)
 }
 
 /// The recorded processes still alive.

@@ -279,6 +279,15 @@ struct ChildPlan<'a> {
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
 /// that fails (or of the exec) through `err_fd` and exits 127.
+///
+/// # Safety
+///
+/// Call it only in the child of a `clone3` without `CLONE_VM`, right after the clone, and only
+/// there: it never returns, and it ends the process with `_exit` or `execve`. The parent may
+/// have had other threads, whose locks (the allocator's among them) stay held forever in the
+/// child, so nothing here allocates or locks: every C string and pointer array of `spec` and
+/// `plan` was built before the clone, is NUL-terminated, and lives in the child's copy of the
+/// address space; `err_fd` is the write end of the close-on-exec error pipe.
 unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
     let ChildPlan {
         stdio,
@@ -291,6 +300,8 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
     } = plan;
     let fail = |errno: i32| -> ! {
         let bytes = errno.to_ne_bytes();
+        // SAFETY: `write` reads 4 bytes of a local array; `_exit` ends the child without
+        // running atexit handlers or destructors that belong to the parent's state.
         unsafe {
             libc::write(err_fd, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127)
@@ -301,6 +312,10 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
             .raw_os_error()
             .unwrap_or(libc::EIO)
     };
+    // SAFETY: system calls only (this function's contract): every pointer passed is to a
+    // NUL-terminated C string or a null-terminated pointer array built before the clone (the
+    // function's `# Safety`), and every fd is one the child owns or inherited; `sigset_t` is
+    // plain data, valid zeroed and then emptied by `sigemptyset`.
     unsafe {
         if let Some(sig) = spec.parent_death_signal {
             if libc::prctl(libc::PR_SET_PDEATHSIG, sig.as_raw() as libc::c_ulong) != 0 {

@@ -246,7 +246,7 @@ fn stop_and_measure(
     // waiter thread can block on it (started earlier, it would take the lock first).
     let deadline = Instant::now() + READY_LIMIT;
     while sys::read_pids(&dir.join("pids")).is_empty() {
-        if Instant::now() > deadline || sys::stat(pid).is_none_or(|s| !s.alive()) {
+        if Instant::now() > deadline || sys::stat(pid).is_none_or(|s| s.is_dead()) {
             return Err("the fixture never recorded its leader".into());
         }
         std::thread::sleep(Duration::from_micros(200));
@@ -269,7 +269,7 @@ fn stop_and_measure(
         };
         in_group = built
             .iter()
-            .filter(|(p, _)| sys::stat(*p).is_some_and(|st| st.pgrp == leader))
+            .filter(|(p, _)| sys::stat(*p).is_some_and(|st| st.pgid == leader))
             .map(|(p, _)| *p)
             .collect();
         escaped = built.len() - in_group.len();

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use libc::{c_char, c_int, pid_t};
 
+use reaper_platform::linux::procfs::{self, ProcStat};
 use reaper_platform::linux::spawn::{CloneArgs, CLONE_INTO_CGROUP};
 
 /// A program and its argv, prepared so that the child only has to call `execv`.
@@ -100,10 +101,12 @@ pub fn spawn(cmd: &Cmd, join: Join, io: &Stdio) -> io::Result<pid_t> {
         -1 => Err(io::Error::last_os_error()),
         0 => {
             match join {
-                // SAFETY: async-signal-safe calls on a prepared fd.
+                // SAFETY: setpgid(2) on the child itself; async-signal-safe.
                 Join::Pgroup => unsafe {
                     libc::setpgid(0, 0);
                 },
+                // SAFETY: async-signal-safe calls on a prepared fd (`cgroup.procs`, opened before
+                // the fork) and a static buffer.
                 Join::CgroupProcs(fd) => unsafe {
                     if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
                         libc::_exit(126);
@@ -262,7 +265,7 @@ pub fn kill_checked(pid: pid_t, start: u64) -> bool {
     let Ok(fd) = pidfd_open(pid) else {
         return false;
     };
-    if stat(pid).map(|s| s.start) != Some(start) {
+    if stat(pid).map(|s| s.starttime) != Some(start) {
         return false;
     }
     pidfd_signal(&fd, libc::SIGKILL).is_ok()
@@ -277,35 +280,14 @@ pub fn killpg(pgid: pid_t, sig: c_int) -> io::Result<()> {
     Ok(())
 }
 
-/// What the benchmark reads from `/proc/PID/stat`.
-#[derive(Debug, Clone, Copy)]
-pub struct Stat {
-    pub state: char,
-    pub pgrp: pid_t,
-    pub start: u64,
-}
-
-impl Stat {
-    /// Zombies and dead tasks have exited: they are not survivors.
-    pub fn alive(&self) -> bool {
-        !matches!(self.state, 'Z' | 'X' | 'x')
-    }
-}
-
-pub fn stat(pid: pid_t) -> Option<Stat> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // comm may hold spaces and parentheses: the fields start after the last ')'.
-    let f: Vec<&str> = text[text.rfind(')')? + 2..].split(' ').collect();
-    Some(Stat {
-        state: f.first()?.chars().next()?,
-        pgrp: f.get(2)?.parse().ok()?,
-        start: f.get(19)?.parse().ok()?,
-    })
+/// `/proc/PID/stat` (the platform's parser); `None` once the process is reaped.
+pub fn stat(pid: pid_t) -> Option<ProcStat> {
+    procfs::stat(pid).ok()
 }
 
 /// Whether the process that started at `start` is alive (and not a zombie).
 pub fn alive(pid: pid_t, start: u64) -> bool {
-    stat(pid).is_some_and(|s| s.start == start && s.alive())
+    procfs::is_alive(pid, start)
 }
 
 /// A field of `/proc/PID/status` in KiB (`VmRSS:`, `VmHWM:`).
@@ -348,7 +330,7 @@ pub fn wait_for_file(path: &Path, pid: pid_t, limit: Duration) -> Result<(), Str
         if Instant::now() > deadline {
             return Err(format!("{} not created within {limit:?}", path.display()));
         }
-        if stat(pid).is_none_or(|s| !s.alive()) {
+        if stat(pid).is_none_or(|s| s.is_dead()) {
             return Err(format!(
                 "pid {pid} ended before creating {}",
                 path.display()

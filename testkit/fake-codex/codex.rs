@@ -284,8 +284,15 @@ fn record_pid(pid: i32, role: &str) {
 }
 
 /// Field 22 of `/proc/PID/stat`.
+#[cfg(target_os = "linux")]
 fn starttime(pid: i32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    after.split_whitespace().nth(19)?.parse().ok()
+    reaper_platform::linux::procfs::stat(pid)
+        .ok()
+        .map(|s| s.starttime)
+}
+
+/// No `/proc` here: the start time is recorded as 0.
+#[cfg(not(target_os = "linux"))]
+fn starttime(_pid: i32) -> Option<u64> {
+    None
 }
