@@ -273,9 +273,29 @@ macro_rules! backend_tests {
                     return;
                 }
                 let t = Tree::new();
-                let mut child = spawn_tree(&t, B, &["--grace", "30s"], &["ignore-term", "600"]);
+                let mut child = spawn_tree(
+                    &t,
+                    B,
+                    &["--grace", "30s", "--events"],
+                    &["ignore-term", "600"],
+                );
                 signal_child(&child, Signal::INT);
-                std::thread::sleep(Duration::from_millis(200));
+                // Two INTs that reach reaper before it takes the first are one (standard
+                // signals do not queue, and its signal stream coalesces too): send the second
+                // only once reaper says it took the first, however long a loaded machine
+                // makes that.
+                let mut err =
+                    std::io::BufReader::new(child.stderr.take().expect("reaper's stderr"));
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    let n = std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+                    assert!(n > 0, "reaper ended without taking the first SIGINT");
+                    let ev: serde_json::Value = serde_json::from_str(&line).unwrap_or_default();
+                    if ev["event"] == "reaper-signalled" {
+                        break;
+                    }
+                }
                 let start = Instant::now();
                 signal_child(&child, Signal::INT);
                 let st = wait_with_deadline(&mut child, Duration::from_secs(10));
@@ -573,10 +593,27 @@ fn negative_control_process_group_kill_misses_the_setsid_escapee() {
     std::os::unix::process::CommandExt::process_group(child.args(&argv[1..]), 0);
     let mut child = child.stdin(Stdio::null()).spawn().unwrap();
     t.wait_ready(Duration::from_secs(10));
+    // The leader's child is in its group too: wait for its exit through a pidfd (SIGKILL is
+    // acted on when the victim next runs, which a loaded machine can delay at will).
+    let victim = t
+        .recorded()
+        .into_iter()
+        .find(|(_, _, role)| role == "child")
+        .and_then(|(pid, st, _)| pidfd_checked(pid, st))
+        .expect("the fixture's child is recorded and alive");
     let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
     let _ = child.wait();
-    std::thread::sleep(Duration::from_millis(200));
+    let mut fds = [rustix::event::PollFd::new(
+        &victim,
+        rustix::event::PollFlags::IN,
+    )];
+    let ts = rustix::time::Timespec {
+        tv_sec: 30,
+        tv_nsec: 0,
+    };
+    let n = rustix::event::poll(&mut fds, Some(&ts)).expect("poll the child's pidfd");
+    assert_eq!(n, 1, "the SIGKILLed child did not exit within 30 s");
     let survivors = t.survivors();
     assert!(!t.all_dead(), "the oracle must see the escapee");
     assert_eq!(
