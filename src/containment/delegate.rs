@@ -80,6 +80,13 @@ async fn delegate(mode: Mode) -> Delegation {
     if !systemd::booted() {
         return Delegation::NotAsked("systemd is not the service manager here");
     }
+    // A container's read-only cgroup file system: a scope would not make it writable, and a
+    // manager reached through a shared bus socket would move reaper for nothing.
+    if super::setup::discover().is_ok_and(|env| {
+        reaper_platform::linux::namespaces::read_only(&env.mount.mount_point).unwrap_or(false)
+    }) {
+        return Delegation::NotAsked("the cgroup file system is read-only here (a container?)");
+    }
     let bus = if rustix::process::geteuid().is_root() {
         Bus::System
     } else {
