@@ -13,17 +13,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use rustix::process::Signal;
 
-fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cond()
-}
-
 /// A helper process of the test (a writer, a parent), SIGKILLed and reaped when the test ends
 /// however it ends.
 struct Helper(Child);

@@ -90,17 +90,6 @@ fn own_cgroup_dir(mount: &Path) -> String {
     format!("{}$(sed -n 's/^0:://p' /proc/self/cgroup)", mount.display())
 }
 
-fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    cond()
-}
-
 fn setup() -> Option<PathBuf> {
     if !have(Need::Cgroup) {
         return None;

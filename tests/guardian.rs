@@ -342,20 +342,6 @@ impl Drop for Sleeper {
     }
 }
 
-/// Polls `cond` every 5 ms until it holds or `within` has passed.
-fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    loop {
-        if cond() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
 /// The guardian now finds its reaper's cgroups by name rather than by a list: `reaper mcp`
 /// SIGKILLed with three calls in flight, beside another live reaper under the same
 /// `--cgroup-parent`. The guardian kills and removes all three run cgroups within the README's
@@ -415,7 +401,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
             .find(|n| n.starts_with(&other_prefix))
     };
     assert!(
-        wait_until(Duration::from_secs(10), || other_run().is_some_and(|n| {
+        common::wait_until(Duration::from_secs(10), || other_run().is_some_and(|n| {
             std::fs::read_to_string(parent.0.join(n).join("cgroup.procs"))
                 .is_ok_and(|p| !p.trim().is_empty())
         })),
@@ -434,7 +420,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
     let t0 = Instant::now();
     child.start_kill().expect("SIGKILL the server");
     let _ = child.wait().await;
-    let gone = wait_until(SLACK, || runs.iter().all(|n| !parent.0.join(n).exists()));
+    let gone = common::wait_until(SLACK, || runs.iter().all(|n| !parent.0.join(n).exists()));
     let took = t0.elapsed();
     eprintln!("SIGKILL to every run cgroup removed: {took:?}");
     let left = mcp_support::wait_all_dead(&procs, SLACK).await;
@@ -531,7 +517,7 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
     let (mut g, pipe) = guardian_for(&stand_in, &parent.0);
     drop(pipe); // `done`
     assert!(
-        wait_until(Duration::from_secs(10), || !run.exists()),
+        common::wait_until(Duration::from_secs(10), || !run.exists()),
         "the run cgroup left behind is removed at once"
     );
     assert!(!survivor.alive(), "what was left in it is killed");

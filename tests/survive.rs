@@ -26,15 +26,15 @@ fn guardian_of(pid: u32) -> Option<(i32, u64)> {
     None
 }
 
-fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
+/// The first `--events` line of a reaper started with stderr piped (the `spawned` event).
+fn first_event(child: &mut std::process::Child) -> serde_json::Value {
+    let mut first = String::new();
+    let mut err = child.stderr.take().expect("stderr is piped");
+    let mut byte = [0u8; 1];
+    while err.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
+        first.push(byte[0] as char);
     }
-    cond()
+    serde_json::from_str(&first).expect("the first event is JSON")
 }
 
 #[test]
@@ -82,15 +82,7 @@ fn sigkill_to_reapers_process_group_still_kills_the_tree() {
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     t.wait_ready(Duration::from_secs(10));
-    let mut first = String::new();
-    {
-        let mut err = child.stderr.take().unwrap();
-        let mut byte = [0u8; 1];
-        while err.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
-            first.push(byte[0] as char);
-        }
-    }
-    let spawned: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let spawned = first_event(&mut child);
     let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
     let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
     // What an MCP client does to its stdio server: SIGKILL the whole process group.
@@ -357,15 +349,7 @@ fn stop_signals_meant_for_the_tree_do_not_end_the_guardian() {
         .spawn()
         .unwrap();
     t.wait_ready(Duration::from_secs(10));
-    let mut first = String::new();
-    {
-        let mut err = child.stderr.take().unwrap();
-        let mut byte = [0u8; 1];
-        while err.read(&mut byte).unwrap_or(0) == 1 && byte[0] != b'\n' {
-            first.push(byte[0] as char);
-        }
-    }
-    let spawned: serde_json::Value = serde_json::from_str(&first).unwrap();
+    let spawned = first_event(&mut child);
     let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
     let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
     let guardian = pidfd_checked(gpid, gstart).expect("the guardian is alive");

@@ -323,6 +323,18 @@ pub fn wait_with_deadline(child: &mut Child, within: Duration) -> std::process::
     }
 }
 
+/// Checks `cond` every 10 ms until it holds or `within` has passed; says whether it held.
+pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
 /// Runs reaper to completion with stdin closed, capturing output.
 pub fn run_reaper<I, S>(args: I) -> Output
 where
