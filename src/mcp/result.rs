@@ -54,6 +54,8 @@ pub struct Report<'a> {
     pub ignored: &'a [Ignored],
     /// Processes that survived the call's teardown (there should be none).
     pub survivors: &'a [String],
+    /// Processes of the call that had moved out of its cgroup (stopped with the rest).
+    pub escapees: &'a [String],
 }
 
 impl Report<'_> {
@@ -140,6 +142,14 @@ impl Report<'_> {
                 "[reaper] {} process(es) of this call survived SIGKILL: {}",
                 self.survivors.len(),
                 self.survivors.join(", ")
+            ));
+        }
+        if !self.escapees.is_empty() {
+            parts.push(format!(
+                "[reaper] {} process(es) of this call had moved out of its cgroup; stopped \
+                 them too: {}",
+                self.escapees.len(),
+                self.escapees.join(", ")
             ));
         }
         let mut text = parts.join("\n\n");
@@ -276,6 +286,7 @@ mod tests {
             ending,
             ignored: &[],
             survivors: &[],
+            escapees: &[],
         }
     }
 

@@ -127,6 +127,7 @@ impl CodexServer {
                 ending: &ending,
                 ignored: &ignored,
                 survivors: &[],
+                escapees: &[],
             }
             .into_result()
         };
@@ -191,6 +192,7 @@ impl CodexServer {
             ending: &done.ending,
             ignored: &ignored,
             survivors: &done.survivors,
+            escapees: &done.escapees,
         }
         .into_result()
     }
