@@ -315,6 +315,29 @@ mod tests {
         );
     }
 
+    /// Issue 14 point 1: a call whose tree had a process leave its cgroup says so, after the
+    /// answer (which it does not spoil).
+    #[test]
+    fn escapees_are_named_after_the_answer() {
+        let s = stream(&[THREAD, MSG, DONE]);
+        let (e, a, t) = (Ending::Exited(0), argv(), Tail::default());
+        let escapees = ["sleep (pid 42): moved out of the cgroup to /".to_owned()];
+        let r = Report {
+            escapees: &escapees,
+            ..report(&s, &t, &a, &e)
+        };
+        assert!(r.text().starts_with("The answer.\n"), "{}", r.text());
+        assert!(
+            r.text().ends_with(
+                "\n\n[reaper] 1 process(es) of this call had moved out of its cgroup; stopped \
+                 them too: sleep (pid 42): moved out of the cgroup to /"
+            ),
+            "{}",
+            r.text()
+        );
+        assert!(!r.is_error());
+    }
+
     #[test]
     fn success_with_recovered_errors() {
         let s = stream(&[THREAD, RETRY, MSG, DONE]);
