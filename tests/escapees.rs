@@ -7,6 +7,7 @@
 //! died, and kills it through a pidfd (and fails the test) if it did not.
 
 mod common;
+mod mcp_support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -331,4 +332,48 @@ fn a_run_that_stays_in_its_cgroup_reports_no_escapee() {
         assert_clean_report(&report);
         assert_eq!(report_escapees(&report), Vec::<String>::new(), "{report}");
     }
+}
+
+/// Issue 14 point 1, through `reaper mcp`: "codex" moves itself to the root cgroup and leaves a
+/// `setsid sleep` behind when it exits. The call's result names the escapee, and it is dead.
+#[tokio::test]
+async fn an_mcp_call_names_its_escapee_and_kills_it() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("cgroup2 mount");
+    let tree = Tree::new();
+    let codex = script(
+        &tree,
+        &format!(
+            "cat >/dev/null\n\
+             echo $$ > '{}/cgroup.procs' || exit 98\n\
+             (setsid sleep 4327 & record $! escapee)\n\
+             echo '{{\"type\":\"thread.started\",\"thread_id\":\"T1\"}}' >&8\n\
+             echo '{{\"type\":\"item.completed\",\"item\":{{\"type\":\"agent_message\",\"text\":\"left\"}}}}' >&8\n\
+             echo '{{\"type\":\"turn.completed\",\"usage\":{{\"input_tokens\":1,\"cached_input_tokens\":0,\"output_tokens\":1}}}}' >&8",
+            mount.display()
+        ),
+    );
+    // The prologue sends the script's own output to /dev/null; the events go to fd 8, a copy of
+    // the original stdout made before it.
+    let text = std::fs::read_to_string(&codex).unwrap();
+    std::fs::write(&codex, format!("#!/bin/sh\nexec 8>&1\n{text}")).unwrap();
+    std::fs::set_permissions(&codex, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let codex = codex.display().to_string();
+    let s = mcp_support::start(mcp_support::Options {
+        env: &[("CODEX_CMD", codex.as_str())],
+        ..Default::default()
+    })
+    .await;
+    let r = s.call("codex", serde_json::json!({"prompt": "go"})).await;
+    let text = mcp_support::text(&r);
+    tree.assert_all_dead("the MCP call's escapee");
+    let pid = recorded_pid(&tree, "escapee");
+    assert!(text.starts_with("left\n"), "{text}");
+    assert!(
+        text.contains("had moved out of its cgroup; stopped them too: ")
+            && text.contains(&format!("(pid {pid}): moved out of the cgroup to /")),
+        "{text}"
+    );
 }
