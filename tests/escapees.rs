@@ -251,6 +251,54 @@ fn a_delegated_user_moving_to_the_parent_cgroup_is_killed_and_reported() {
     assert_names(&report_escapees(&report), pid, &to, "delegated escape");
 }
 
+/// Issue 14 point 1: an escapee below a live member, ignoring SIGTERM and forking as fast as it
+/// can (each child inherits the oracle lock). The SIGSTOP sweep holds it and every child it
+/// made before the kill, so none outruns it. It moves into a cgroup of the test's own, so
+/// whatever a broken reaper leaves is killed with that cgroup.
+#[test]
+fn a_forking_escapee_below_a_live_member_is_stopped_and_killed() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("cgroup2 mount");
+    let parent = OwnCgroup::new(&mount, "storm");
+    let tree = Tree::new();
+    let cmd = script(
+        &tree,
+        &format!(
+            "sh -c 'echo $$ > \"$1/cgroup.procs\" || exit 98; trap \"\" TERM; \
+             echo \"$$ $(cut -d\" \" -f22 /proc/$$/stat) forker\" >> \"$2\"; \
+             i=0; while [ $i -lt 20000 ]; do sleep 30 & i=$((i+1)); done; wait' \
+             - '{}' \"$PIDS\" &\nsleep 5",
+            parent.0.display()
+        ),
+    );
+    let out = run_reaper([
+        "run".as_ref(),
+        "-t".as_ref(),
+        "1".as_ref(),
+        "--grace".as_ref(),
+        "100ms".as_ref(),
+        "--containment".as_ref(),
+        "cgroup".as_ref(),
+        "--cgroup-parent".as_ref(),
+        parent.0.as_os_str(),
+        "--report".as_ref(),
+        tree.report().as_os_str(),
+        "--".as_ref(),
+        "sh".as_ref(),
+        cmd.as_os_str(),
+    ]);
+    let err = stderr(&out);
+    tree.assert_all_dead("the forking escapee and its children");
+    assert_eq!(code(&out), 124, "{err}");
+    let report = read_report(&tree.report());
+    assert_clean_report(&report);
+    let to = format!("/{}", parent.0.file_name().unwrap().to_string_lossy());
+    let pid = recorded_pid(&tree, "forker");
+    assert_names(&report_escapees(&report), pid, &to, "forking escapee");
+}
+
 /// Issue 14 point 1: `reaper check` said `clean` for a root escapee. It is a leak (exit 1),
 /// listed with `escaped_by` naming `left-cgroup`, and killed afterwards.
 #[test]

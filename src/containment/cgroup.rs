@@ -283,9 +283,13 @@ impl CgroupBackend {
     fn stop_escapees(&self) -> Vec<(Member, Pidfd)> {
         let mut held: Vec<(Member, Pidfd)> = Vec::new();
         let mut done: HashSet<(i32, u64)> = HashSet::new();
-        for _ in 0..MAX_STOP_ROUNDS {
+        for round in 0..MAX_STOP_ROUNDS {
+            // The first look also walks the members' children: an escapee below a live member
+            // is found now, while its parent lives. Found only after the kill, it would be
+            // reparented to reaper a moment after the cgroup reads empty (the kernel leaves the
+            // cgroup before it hands the children over), and could be missed.
             let fresh: Vec<Member> = self
-                .find_escapees(false)
+                .find_escapees(round == 0)
                 .into_iter()
                 .map(|e| e.member)
                 .filter(|m| done.insert((m.pid, m.starttime)))
@@ -469,8 +473,9 @@ impl Containment for CgroupBackend {
     }
 
     /// Escapees first: stopped until no new one appears (none of them can fork then), then
-    /// the cgroup is killed, then the escapees through their pidfds. An escapee still below a
-    /// live member is found once the kill has orphaned it, by the run layer's next sweep.
+    /// the cgroup is killed, then the escapees through their pidfds. One a member forks and
+    /// moves out after that first look is found once the kill has orphaned it, by the run
+    /// layer's next sweep.
     fn kill_all(&self) -> Vec<Member> {
         self.killing.store(true, Ordering::Relaxed);
         let escapees = self.stop_escapees();
