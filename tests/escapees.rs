@@ -268,7 +268,7 @@ fn a_forking_escapee_below_a_live_member_is_stopped_and_killed() {
         &format!(
             "sh -c 'echo $$ > \"$1/cgroup.procs\" || exit 98; trap \"\" TERM; \
              echo \"$$ $(cut -d\" \" -f22 /proc/$$/stat) forker\" >> \"$2\"; \
-             i=0; while [ $i -lt 20000 ]; do sleep 30 & i=$((i+1)); done; wait' \
+             i=0; while [ $i -lt 3000 ]; do sleep 30 & i=$((i+1)); done; wait' \
              - '{}' \"$PIDS\" &\nsleep 5",
             parent.0.display()
         ),
