@@ -47,6 +47,21 @@ fn live() -> std::sync::MutexGuard<'static, Vec<LiveRun>> {
     LIVE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// reaper's pid, if `/proc` is of reaper's own PID namespace (`/proc/self` names it).
+fn own_proc_pid() -> Option<i32> {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let shown = std::fs::read_link("/proc/self").ok()?;
+    let same = shown.to_str().and_then(|s| s.parse::<i32>().ok()) == Some(me);
+    if !same {
+        tracing::debug!(
+            "/proc is not of reaper's PID namespace (/proc/self is {}, reaper is {me}): \
+             processes that leave the run cgroup are not looked for",
+            shown.display()
+        );
+    }
+    same.then_some(me)
+}
+
 /// Whether the hierarchy path `cg` is `run` or below it.
 fn within(cg: &str, run: &str) -> bool {
     cg == run || cg.strip_prefix(run).is_some_and(|r| r.starts_with('/'))
@@ -70,7 +85,11 @@ pub struct CgroupBackend {
     released: bool,
     /// This run in [`LIVE`].
     id: u64,
-    self_pid: i32,
+    /// reaper's pid, when `/proc` shows reaper's own PID namespace. Under `unshare --pid`
+    /// without a fresh `/proc`, `/proc/1` is the host's init and every pid read from `/proc`
+    /// names another process than the same number would here: then no escapee is looked for
+    /// (anything found would be someone else's), and only the cgroup holds the run.
+    self_pid: Option<i32>,
     /// The leader, `(pid, starttime)`, once spawned.
     leader: Option<(i32, u64)>,
     /// Subtrees that are not the run's (reaper's guardian), by `(pid, starttime)`.
@@ -120,7 +139,7 @@ impl CgroupBackend {
             dir: owner_lock,
             released: false,
             id,
-            self_pid: rustix::process::getpid().as_raw_nonzero().get(),
+            self_pid: own_proc_pid(),
             leader: None,
             exclude: Vec::new(),
             seen: Mutex::new(Vec::new()),
@@ -145,7 +164,10 @@ impl CgroupBackend {
     /// to reaper the subreaper). One read of reaper's children when there is none: the common
     /// end pays only that.
     fn orphans(&self) -> Vec<(procfs::ProcStat, String)> {
-        let children = procfs::children(self.self_pid);
+        let Some(me) = self.self_pid else {
+            return Vec::new();
+        };
+        let children = procfs::children(me);
         if children.is_empty() {
             return Vec::new();
         }
@@ -186,6 +208,9 @@ impl CgroupBackend {
     /// in it). Without, an escapee under a live member is found once its parent dies and it is
     /// reaper's orphan.
     fn find_escapees(&self, from_members: bool) -> Vec<Escapee> {
+        if self.self_pid.is_none() {
+            return Vec::new();
+        }
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
         for e in known {
