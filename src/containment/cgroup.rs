@@ -274,8 +274,13 @@ impl CgroupBackend {
                     Some(e) => e.clone(),
                     None => {
                         let e = Escapee { member, to: cg };
-                        tracing::info!("{} of the run", e.label());
-                        seen.push(e.clone());
+                        // Bounded: an escapee that keeps starting short-lived children must not
+                        // grow reaper without end. Past the bound they are still found (from
+                        // their live ancestors) and killed, only no longer named.
+                        if seen.len() < MAX_SEEN {
+                            tracing::info!("{} of the run", e.label());
+                            seen.push(e.clone());
+                        }
                         e
                     }
                 }
@@ -616,6 +621,8 @@ impl Containment for CgroupBackend {
     }
 }
 
+/// How many escapees a run remembers by name.
+const MAX_SEEN: usize = 10_000;
 /// Rounds of the SIGSTOP sweep over escapees; each stops every one it finds, so a forking
 /// escapee converges in a few.
 const MAX_STOP_ROUNDS: usize = 64;

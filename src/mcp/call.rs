@@ -176,7 +176,7 @@ pub async fn run(
     let report = |run: &Run, stream: &EventStream, progress: &mut Progress| {
         progress.publish(Status::Running {
             elapsed: started.elapsed(),
-            processes: run.members().len(),
+            processes: run.process_count(),
             last: stream.last_item.clone(),
         });
     };

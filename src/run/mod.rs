@@ -487,6 +487,12 @@ impl Run {
         self.backend.members()
     }
 
+    /// How many processes the run has, as cheaply as the backend can tell (for progress
+    /// reports; may include one that is exiting).
+    pub fn process_count(&self) -> usize {
+        self.backend.pids().len()
+    }
+
     /// The processes of the run seen outside its cgroup so far (see `Containment::escapees`).
     pub fn escapees(&self) -> Vec<containment::Escapee> {
         self.backend.escapees()
