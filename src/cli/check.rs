@@ -91,7 +91,8 @@ pub struct Survivor {
     pub cmdline: String,
     pub age_s: f64,
     /// How it got away from the leader: `leader-group` (still in the leader's process group),
-    /// `own-group`, `own-session`, `reparented` (its parent exited).
+    /// `own-group`, `own-session`, `reparented` (its parent exited), `left-cgroup` (it moved
+    /// out of the run's cgroup: root, or a user owning the parent cgroup, can).
     pub escaped_by: Vec<&'static str>,
 }
 
@@ -296,10 +297,22 @@ async fn check_once(
         let mut survivors = Vec::new();
         if !timed_out {
             run.linger(args.settle).await;
-            survivors = run
-                .members()
+            let members = run.members();
+            // Looked for by `members()`: an escapee is seen by then.
+            let escaped: Vec<(i32, u64)> = run
+                .escapees()
                 .into_iter()
-                .filter_map(|m| describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid))
+                .map(|e| (e.member.pid, e.member.starttime))
+                .collect();
+            survivors = members
+                .into_iter()
+                .filter_map(|m| {
+                    let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
+                    if escaped.contains(&(m.pid, m.starttime)) {
+                        s.escaped_by.push("left-cgroup");
+                    }
+                    Some(s)
+                })
                 .collect();
         }
         (interrupt, timed_out, survivors)

@@ -451,19 +451,24 @@ async fn run(mut args: RunArgs) -> u8 {
         say!("reaper: {err}");
     } else if !args.quiet {
         let n = outcome.killed;
+        // "stopped 2 process(es), 1 of them had moved out of the run's cgroup".
+        let moved = match outcome.escapees.len() {
+            0 => String::new(),
+            e => format!(", {e} of them had moved out of the run's cgroup"),
+        };
         match reason {
             StopReason::Timeout => {
-                say!("reaper: timed out after {}; stopped {n} process(es)", parse::show(args.timeout.unwrap_or_default()))
+                say!("reaper: timed out after {}; stopped {n} process(es){moved}", parse::show(args.timeout.unwrap_or_default()))
             }
             StopReason::Signal => {
-                say!("reaper: got SIG{}; stopped {n} process(es)", outcome.received_signal.as_deref().unwrap_or("?"))
+                say!("reaper: got SIG{}; stopped {n} process(es){moved}", outcome.received_signal.as_deref().unwrap_or("?"))
             }
-            StopReason::ParentDied => say!("reaper: parent died; stopped {n} process(es)"),
+            StopReason::ParentDied => say!("reaper: parent died; stopped {n} process(es){moved}"),
             StopReason::StdinEof => say!(
-                "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es)",
+                "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es){moved}",
                 parse::show(args.on_stdin_eof.unwrap_or_default())
             ),
-            _ if leftovers > 0 => say!("reaper: the leader exited; stopped {n} leftover process(es)"),
+            _ if leftovers > 0 => say!("reaper: the leader exited; stopped {n} leftover process(es){moved}"),
             _ => {}
         }
     }
@@ -653,6 +658,7 @@ mod tests {
             teardown_ms: 0,
             killed: 0,
             survivors: vec![],
+            escapees: vec![],
             error: None,
             guardian_pid: None,
             leader_status: None,

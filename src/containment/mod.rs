@@ -4,7 +4,8 @@
 //!
 //! | backend     | finds every descendant by                      | kills by                          |
 //! |-------------|------------------------------------------------|-----------------------------------|
-//! | `cgroup`    | the kernel: the run's own cgroup v2            | `cgroup.kill` (atomic vs fork)    |
+//! | `cgroup`    | the kernel: the run's own cgroup v2, plus the  | `cgroup.kill` (atomic vs fork);   |
+//! |             | descendants that left it (escapees)            | escapees: SIGSTOP sweep, SIGKILL  |
 //! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGSTOP all seen, SIGKILL, repeat |
 //! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
 //! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
@@ -65,6 +66,27 @@ impl Member {
     }
 }
 
+/// A process of the run that left the run's cgroup (root, or a user who owns the parent
+/// cgroup, can write itself into another `cgroup.procs`): still the run's, as it descends from
+/// it, and named in every report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escapee {
+    pub member: Member,
+    /// The cgroup it was in when reaper first saw it outside (as `/proc/PID/cgroup` shows it).
+    pub to: String,
+}
+
+impl Escapee {
+    /// `sleep (pid 1234): moved out of the cgroup to /`.
+    pub fn label(&self) -> String {
+        format!(
+            "{}: moved out of the cgroup to {}",
+            self.member.label(),
+            self.to
+        )
+    }
+}
+
 /// The mechanism every backend provides.
 #[allow(async_fn_in_trait)] // used with concrete types only; no Send bound needed
 pub trait Containment {
@@ -74,8 +96,13 @@ pub trait Containment {
     /// The leader was spawned as `leader` (not reaped yet, so the pid is its). For backends
     /// that follow the tree from the leader rather than holding it in a kernel object.
     fn spawned(&mut self, _leader: Pid) {}
-    /// Every live (non-zombie) process of the run.
+    /// Every live (non-zombie) process of the run, escapees included.
     fn members(&self) -> Vec<Member>;
+    /// Every process of the run seen outside its containment so far, alive or not (the cgroup
+    /// backend; the others have no outside).
+    fn escapees(&self) -> Vec<Escapee> {
+        Vec::new()
+    }
     /// Whether no live process is left (cheaper than `members()` where the kernel knows).
     fn is_empty(&self) -> bool {
         self.members().is_empty()
@@ -149,6 +176,9 @@ impl Containment for Backend {
     }
     fn members(&self) -> Vec<Member> {
         each!(self, b => b.members())
+    }
+    fn escapees(&self) -> Vec<Escapee> {
+        each!(self, b => b.escapees())
     }
     fn is_empty(&self) -> bool {
         each!(self, b => b.is_empty())

@@ -58,6 +58,8 @@ pub struct Finished {
     pub stderr: Tail,
     pub ending: Ending,
     pub survivors: Vec<String>,
+    /// Processes of the call that had left its cgroup (stopped with the rest).
+    pub escapees: Vec<String>,
 }
 
 /// Why the running phase ended.
@@ -153,6 +155,7 @@ pub async fn run(
                 stderr,
                 ending,
                 survivors: Vec::new(),
+                escapees: Vec::new(),
             };
         }
     };
@@ -173,7 +176,7 @@ pub async fn run(
     let report = |run: &Run, stream: &EventStream, progress: &mut Progress| {
         progress.publish(Status::Running {
             elapsed: started.elapsed(),
-            processes: run.members().len(),
+            processes: run.process_count(),
             last: stream.last_item.clone(),
         });
     };
@@ -293,6 +296,14 @@ pub async fn run(
             "call ended"
         );
     }
+    if !outcome.escapees.is_empty() {
+        tracing::warn!(
+            call = id,
+            "{} process(es) of the call had moved out of its cgroup; stopped them too: {}",
+            outcome.escapees.len(),
+            outcome.escapees.join(", ")
+        );
+    }
     if let Some(e) = &outcome.error {
         tracing::error!(call = id, "{e}");
     }
@@ -301,6 +312,7 @@ pub async fn run(
         stderr,
         ending,
         survivors: outcome.survivors,
+        escapees: outcome.escapees,
     }
 }
 

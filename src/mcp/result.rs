@@ -54,6 +54,8 @@ pub struct Report<'a> {
     pub ignored: &'a [Ignored],
     /// Processes that survived the call's teardown (there should be none).
     pub survivors: &'a [String],
+    /// Processes of the call that had moved out of its cgroup (stopped with the rest).
+    pub escapees: &'a [String],
 }
 
 impl Report<'_> {
@@ -140,6 +142,14 @@ impl Report<'_> {
                 "[reaper] {} process(es) of this call survived SIGKILL: {}",
                 self.survivors.len(),
                 self.survivors.join(", ")
+            ));
+        }
+        if !self.escapees.is_empty() {
+            parts.push(format!(
+                "[reaper] {} process(es) of this call had moved out of its cgroup; stopped \
+                 them too: {}",
+                self.escapees.len(),
+                self.escapees.join(", ")
             ));
         }
         let mut text = parts.join("\n\n");
@@ -276,6 +286,7 @@ mod tests {
             ending,
             ignored: &[],
             survivors: &[],
+            escapees: &[],
         }
     }
 
@@ -302,6 +313,29 @@ mod tests {
             r.structured(),
             Some(json!({"threadId": "T1", "content": "The answer.\n"}))
         );
+    }
+
+    /// Issue 14 point 1: a call whose tree had a process leave its cgroup says so, after the
+    /// answer (which it does not spoil).
+    #[test]
+    fn escapees_are_named_after_the_answer() {
+        let s = stream(&[THREAD, MSG, DONE]);
+        let (e, a, t) = (Ending::Exited(0), argv(), Tail::default());
+        let escapees = ["sleep (pid 42): moved out of the cgroup to /".to_owned()];
+        let r = Report {
+            escapees: &escapees,
+            ..report(&s, &t, &a, &e)
+        };
+        assert!(r.text().starts_with("The answer.\n"), "{}", r.text());
+        assert!(
+            r.text().ends_with(
+                "\n\n[reaper] 1 process(es) of this call had moved out of its cgroup; stopped \
+                 them too: sleep (pid 42): moved out of the cgroup to /"
+            ),
+            "{}",
+            r.text()
+        );
+        assert!(!r.is_error());
     }
 
     #[test]

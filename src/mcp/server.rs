@@ -134,6 +134,7 @@ impl CodexServer {
                 ending: &ending,
                 ignored: &ignored,
                 survivors: &[],
+                escapees: &[],
             }
             .into_result()
         };
@@ -212,6 +213,7 @@ impl CodexServer {
             ending: &done.ending,
             ignored: &ignored,
             survivors: &done.survivors,
+            escapees: &done.escapees,
         }
         .into_result()
     }

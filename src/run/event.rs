@@ -39,10 +39,12 @@ pub enum Event {
     },
     /// No live process is left in the run.
     TreeEmpty,
-    /// The run is over: how many processes were killed, and what could not be.
+    /// The run is over: how many processes were killed, and what could not be; `escapees`:
+    /// the processes of the run that had left its cgroup (see `Outcome::escapees`).
     Reaped {
         killed: usize,
         survivors: Vec<String>,
+        escapees: Vec<String>,
     },
 }
 

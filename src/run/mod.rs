@@ -107,7 +107,12 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         }
         setup::ensure_leaf(&env, &placement)?;
         sweep_once(&placement.dir).await;
-        setup::create_run_cgroup(&placement)
+        let mut backend = setup::create_run_cgroup(&placement)?;
+        // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
+        if let Some(g) = &opts.guardian {
+            backend.exclude(g.pid(), g.starttime());
+        }
+        Ok(backend)
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
@@ -492,6 +497,17 @@ impl Run {
         self.backend.members()
     }
 
+    /// How many processes the run has, as cheaply as the backend can tell (for progress
+    /// reports; may include one that is exiting).
+    pub fn process_count(&self) -> usize {
+        self.backend.pids().len()
+    }
+
+    /// The processes of the run seen outside its cgroup so far (see `Containment::escapees`).
+    pub fn escapees(&self) -> Vec<containment::Escapee> {
+        self.backend.escapees()
+    }
+
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
     pub async fn wait_leader(&mut self) -> Option<ExitStatus> {
         self.leader.wait().await
@@ -721,9 +737,16 @@ impl Run {
         reap::unregister_leader(self.leader.handle.pid());
         let end = Instant::now();
         let ms = |d: Duration| d.as_millis() as u64;
+        let escapees: Vec<String> = self
+            .backend
+            .escapees()
+            .iter()
+            .map(containment::Escapee::label)
+            .collect();
         self.sink.emit(Event::Reaped {
             killed: self.stopped.len(),
             survivors: survivors.clone(),
+            escapees: escapees.clone(),
         });
         let mut out = Outcome {
             argv: std::mem::take(&mut self.argv),
@@ -744,6 +767,7 @@ impl Run {
             teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
             killed: self.stopped.len(),
             survivors,
+            escapees,
             error,
             guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
             leader_status: None,

@@ -50,6 +50,9 @@ pub struct Outcome {
     pub killed: usize,
     /// Processes still alive after teardown, as `comm (pid N)`: must be empty.
     pub survivors: Vec<String>,
+    /// Processes of the run that had left its cgroup, as `comm (pid N): moved out of the
+    /// cgroup to /PATH`; stopped like the rest (and counted in `killed`, or in `survivors`).
+    pub escapees: Vec<String>,
     /// What went wrong in reaper itself, for `stop_reason: error`.
     pub error: Option<String>,
     /// The guardian process that would have cleaned up had reaper been killed.
