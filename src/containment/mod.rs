@@ -16,6 +16,7 @@
 pub mod cgroup;
 #[cfg(target_os = "linux")]
 pub mod delegate;
+pub mod limits;
 pub mod pgid;
 #[cfg(target_os = "linux")]
 pub mod setup;
