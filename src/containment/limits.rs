@@ -147,17 +147,23 @@ mod linux {
             } else {
                 available.join(" ")
             };
+            let (it, flag) = if missing.len() > 1 {
+                ("them", "flags")
+            } else {
+                ("it", "flag")
+            };
             let todo = if env.hybrid {
-                "this host mounts cgroup v1 beside v2 (hybrid mode) and v1 holds it, which reaper \
-                 never uses: boot with systemd.unified_cgroup_hierarchy=1 (or cgroup_no_v1=all) \
-                 so that cgroup v2 has it, or run without the flag"
-                    .to_owned()
+                format!(
+                    "this host mounts cgroup v1 beside v2 (hybrid mode) and v1 holds {it}, which \
+                     reaper never uses: boot with systemd.unified_cgroup_hierarchy=1 (or \
+                     cgroup_no_v1=all) so that cgroup v2 has {it}, or run without the {flag}"
+                )
             } else {
                 format!(
-                    "the cgroup above {dir} did not delegate it: enable it there (echo \
+                    "the cgroup above {dir} did not delegate {it}: enable {it} there (echo \
                      {} > PARENT/cgroup.subtree_control), run reaper under systemd (a scope \
                      with Delegate=yes: the user manager delegates cpu memory pids), or name a \
-                     cgroup that has it with --cgroup-parent",
+                     cgroup that has {it} with --cgroup-parent",
                     missing.iter().map(|(c, _)| format!("+{c}")).collect::<Vec<_>>().join(" ")
                 )
             };

@@ -24,6 +24,9 @@ pub enum Ending {
     LaunchFailed(String),
     /// reaper could not contain the call (no cgroup, no pidfd…).
     NotContained(String),
+    /// The call's tree went over the server's `--memory-max` (bytes) and the kernel's OOM
+    /// killer ended it whole.
+    OutOfMemory { limit: u64, returncode: Option<i64> },
 }
 
 impl Ending {
@@ -36,7 +39,9 @@ impl Ending {
     fn returncode(&self) -> Option<Option<i64>> {
         match self {
             Ending::Exited(c) => Some(Some(*c)),
-            Ending::TimedOut { returncode, .. } => Some(*returncode),
+            Ending::TimedOut { returncode, .. } | Ending::OutOfMemory { returncode, .. } => {
+                Some(*returncode)
+            }
             Ending::Cancelled { returncode } | Ending::Shutdown { returncode } => {
                 returncode.map(Some)
             }
@@ -175,6 +180,11 @@ impl Report<'_> {
             Ending::TimedOut { secs, .. } => format!("timeout after {secs}s"),
             Ending::Cancelled { .. } => "cancelled by the client".into(),
             Ending::Shutdown { .. } => "reaper mcp is shutting down".into(),
+            Ending::OutOfMemory { limit, .. } => format!(
+                "killed: out of memory (limit {}): the call's processes used more memory than \
+                 this server's --memory-max, and the kernel killed them all",
+                crate::cli::parse::show_size(*limit)
+            ),
             Ending::LaunchFailed(m) | Ending::NotContained(m) => m.clone(),
             Ending::Exited(_) => self
                 .stream
@@ -204,6 +214,10 @@ impl Report<'_> {
             }
             None => {}
         }
+        if let Ending::OutOfMemory { limit, .. } = self.ending {
+            out.insert("stopReason".into(), json!("oom"));
+            out.insert("memoryMaxBytes".into(), json!(limit));
+        }
         if !self.ignored.is_empty() {
             let list: Vec<Value> = self
                 .ignored
@@ -211,12 +225,12 @@ impl Report<'_> {
                 .map(|i| json!({"name": i.name, "value": i.value, "serverValue": i.server.value}))
                 .collect();
             out.insert("ignoredParameters".into(), Value::Array(list));
-            // Sent at all, it must match the declared outputSchema (the TypeScript SDK checks
-            // it even on errors): threadId and content are required there.
-            if !out.contains_key("threadId") {
-                out.insert("threadId".into(), json!(""));
-                out.insert("content".into(), json!(s.response()));
-            }
+        }
+        // Sent at all, it must match the declared outputSchema (the TypeScript SDK checks it
+        // even on errors): threadId and content are required there.
+        if !out.is_empty() && !out.contains_key("threadId") {
+            out.insert("threadId".into(), json!(""));
+            out.insert("content".into(), json!(s.response()));
         }
         (!out.is_empty()).then_some(Value::Object(out))
     }

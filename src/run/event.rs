@@ -43,6 +43,9 @@ pub enum Event {
     Reaped {
         killed: usize,
         survivors: Vec<String>,
+        /// What the limits did and the run's CPU time (cgroup backend only).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::containment::limits::Usage>,
     },
 }
 

@@ -768,6 +768,7 @@ impl Run {
         self.sink.emit(Event::Reaped {
             killed: self.stopped.len(),
             survivors: survivors.clone(),
+            usage: usage.clone(),
         });
         let mut out = Outcome {
             argv: std::mem::take(&mut self.argv),
