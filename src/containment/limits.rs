@@ -120,6 +120,22 @@ mod linux {
         NotOurs(&'static str),
     }
 
+    /// Whether reaper may enable controllers where its run cgroups go: a `--cgroup-parent` the
+    /// user named, or the scope systemd delegated to reaper. Not its own cgroup otherwise (the
+    /// root cgroup, a cgroup of a unit nobody delegated, a CI job's cgroup).
+    pub fn ownership(cgroup_parent_given: bool) -> Ownership {
+        if cgroup_parent_given
+            || crate::containment::delegate::done().is_some_and(|d| d.unit().is_some())
+        {
+            Ownership::Ours
+        } else {
+            Ownership::NotOurs(
+                "reaper runs there without a delegation: no systemd scope was delegated to it, \
+                 and no --cgroup-parent was given",
+            )
+        }
+    }
+
     /// Checks that every controller the limits need is available where run cgroups will be
     /// created, and returns those still to be enabled there (nothing is changed yet: a refused
     /// run leaves nothing behind).

@@ -107,7 +107,12 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         if let Some(g) = &opts.guardian {
             g.watch_dir(&placement.dir);
         }
-        let enable = limits::check(&opts.limits, &env, &placement, ownership(opts))?;
+        let enable = limits::check(
+            &opts.limits,
+            &env,
+            &placement,
+            limits::ownership(opts.cgroup_parent.is_some()),
+        )?;
         setup::ensure_leaf(&env, &placement, !enable.is_empty())?;
         if !enable.is_empty() {
             limits::enable(&placement, &enable)?;
@@ -192,23 +197,6 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
                 (b, Some(warning))
             }),
         },
-    }
-}
-
-/// Whether reaper may enable controllers where its run cgroups go: a `--cgroup-parent` the
-/// user named, or the scope systemd delegated to reaper. Not its own cgroup otherwise (the root
-/// cgroup, a cgroup of a unit nobody delegated, a CI job's cgroup).
-#[cfg(target_os = "linux")]
-fn ownership(opts: &ContainOpts) -> limits::Ownership {
-    if opts.cgroup_parent.is_some()
-        || containment::delegate::done().is_some_and(|d| d.unit().is_some())
-    {
-        limits::Ownership::Ours
-    } else {
-        limits::Ownership::NotOurs(
-            "reaper runs there without a delegation: no systemd scope was delegated to it, and \
-             no --cgroup-parent was given",
-        )
     }
 }
 
