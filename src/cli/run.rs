@@ -382,7 +382,8 @@ async fn run(args: RunArgs) -> u8 {
         say!("reaper: {err}");
     } else if !args.quiet {
         let n = outcome.killed;
-        match reason {
+        // The outcome's reason: the run layer tells an OOM kill from the leader's own exit.
+        match outcome.stop_reason {
             StopReason::Timeout => {
                 say!("reaper: timed out after {}; stopped {n} process(es)", parse::show(args.timeout.unwrap_or_default()))
             }
