@@ -115,7 +115,10 @@ fn each_limit_without_its_controller_is_refused_with_125_and_nothing_runs() {
                 value,
             ]);
             assert_eq!(rc, 125, "{flag} under {containment}: {err}");
-            assert!(!ran, "{flag} under {containment}: the command ran without its limit");
+            assert!(
+                !ran,
+                "{flag} under {containment}: the command ran without its limit"
+            );
             assert!(left.is_empty(), "{flag}: left behind {left:?}");
             assert!(!err.contains("warning"), "{flag}: fell back? {err}");
             if d["cgroup_mode"] == "hybrid" && !has(&available) {
@@ -240,17 +243,30 @@ fn reports_carry_the_runs_cpu_time() {
         .find(|e| e["event"] == "reaped")
         .expect("a reaped event");
     assert!(
-        reaped["usage"]["cpu_usage_usec"].as_u64().is_some_and(|u| u > 0),
+        reaped["usage"]["cpu_usage_usec"]
+            .as_u64()
+            .is_some_and(|u| u > 0),
         "{reaped}"
     );
     let out = reaper()
-        .args(["check", "--containment", "cgroup", "--json", "--", "sh", "-c", busy])
+        .args([
+            "check",
+            "--containment",
+            "cgroup",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            busy,
+        ])
         .output()
         .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let run = &v["runs"][0];
     assert!(
-        run["usage"]["cpu_usage_usec"].as_u64().is_some_and(|u| u > 0),
+        run["usage"]["cpu_usage_usec"]
+            .as_u64()
+            .is_some_and(|u| u > 0),
         "{v}"
     );
     assert_eq!(run["out_of_memory"], false);

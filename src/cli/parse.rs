@@ -151,7 +151,9 @@ pub fn size(text: &str) -> Result<u64, String> {
     let bad = || format!("invalid size '{text}' (examples: 512M, 2G, 1.5G)");
     let bytes = if num.contains('.') {
         if scale == 1 {
-            return Err(format!("invalid size '{text}': a byte count is a whole number"));
+            return Err(format!(
+                "invalid size '{text}': a byte count is a whole number"
+            ));
         }
         let v: f64 = num.parse().map_err(|_| bad())?;
         let b = v * scale as f64;
@@ -234,8 +236,24 @@ mod limit_tests {
     #[test]
     fn nonsense_sizes_are_refused() {
         for bad in [
-            "", "M", "-1G", "0", "0M", "1K", "12", "1.5", "1x", "1 G", "1..2G", "1e3M", "G2",
-            "1GG", "99999999999T", "nan", "inf", ".M",
+            "",
+            "M",
+            "-1G",
+            "0",
+            "0M",
+            "1K",
+            "12",
+            "1.5",
+            "1x",
+            "1 G",
+            "1..2G",
+            "1e3M",
+            "G2",
+            "1GG",
+            "99999999999T",
+            "nan",
+            "inf",
+            ".M",
         ] {
             assert!(size(bad).is_err(), "{bad:?} accepted");
         }

@@ -180,7 +180,11 @@ mod linux {
                      {} > PARENT/cgroup.subtree_control), run reaper under systemd (a scope \
                      with Delegate=yes: the user manager delegates cpu memory pids), or name a \
                      cgroup that has {it} with --cgroup-parent",
-                    missing.iter().map(|(c, _)| format!("+{c}")).collect::<Vec<_>>().join(" ")
+                    missing
+                        .iter()
+                        .map(|(c, _)| format!("+{c}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 )
             };
             let (need, ctl, is) = if missing.len() > 1 {
@@ -208,12 +212,10 @@ mod linux {
             Ownership::Ours => None,
         };
         if let Some(why) = why {
-            let flags = and(
-                needed
-                    .iter()
-                    .filter(|(c, _)| to_enable.contains(c))
-                    .map(|(_, f)| *f),
-            );
+            let flags = and(needed
+                .iter()
+                .filter(|(c, _)| to_enable.contains(c))
+                .map(|(_, f)| *f));
             let need = if to_enable.len() > 1 { "need" } else { "needs" };
             return Err(format!(
                 "{flags} {need} the {} controller enabled in {dir}/cgroup.subtree_control, and \

@@ -47,7 +47,11 @@ pub fn discover() -> Result<CgroupEnv, String> {
     if let Ok((pid, start)) = procfs::self_identity() {
         let leaf = format!("/{}", supervisor_name(pid, start));
         if let Some(parent) = own_path.strip_suffix(&leaf) {
-            own_path = if parent.is_empty() { "/".to_owned() } else { parent.to_owned() };
+            own_path = if parent.is_empty() {
+                "/".to_owned()
+            } else {
+                parent.to_owned()
+            };
         }
     }
     let own_dir = mountinfo::cgroup_dir(&mount, &own_path).ok_or_else(|| {
@@ -166,7 +170,12 @@ pub fn ensure_leaf(
     let parent = Cgroup::at(&placement.dir);
     let me = rustix::process::getpid();
     // Already moved (an earlier run of this reaper).
-    if parent.procs().map_err(|e| e.to_string())?.iter().all(|p| *p != me) {
+    if parent
+        .procs()
+        .map_err(|e| e.to_string())?
+        .iter()
+        .all(|p| *p != me)
+    {
         return Ok(None);
     }
     if !enabling

@@ -26,9 +26,9 @@ use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
+use crate::containment::{self, Backend, BackendKind, Containment, Member};
 #[cfg(target_os = "linux")]
 use crate::containment::{limits, setup};
-use crate::containment::{self, Backend, BackendKind, Containment, Member};
 use crate::guardian::Guardian;
 pub use command::{Io, LeaderCommand};
 pub use event::{Event, EventSink};

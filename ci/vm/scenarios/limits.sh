@@ -140,7 +140,7 @@ mcp() {  # WHO
   local who=$1 r="$work/mcp-$1.json"
   say "$who: reaper mcp --memory-max 64M, one call allocating 200 MB, one that does not, at once"
   $(runner "$who") python3 "$work/client.py" "$work/codex" >"$r"
-  cat "$r"
+  cat "$r"; echo
   [ "$(jget "$r" 'r["results"]["2"]["isError"]')" = True ] &&
     grep -q 'out of memory (limit 64M)' <<<"$(jget "$r" 'r["results"]["2"]["content"][0]["text"]')" &&
     pass "$who: the call over the limit says out of memory" || fail "$who: no out of memory in the call's result"
