@@ -22,6 +22,7 @@ pub struct Limits {
 }
 
 /// `cpu.max`'s period, in microseconds (the kernel's default).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // macOS has no cgroups
 pub const CPU_PERIOD_USEC: u64 = 100_000;
 
 impl Limits {
@@ -50,6 +51,7 @@ impl Limits {
     }
 
     /// `cpu.max`'s content: `QUOTA PERIOD`.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub fn cpu_max(cpus: f64) -> String {
         let quota = (cpus * CPU_PERIOD_USEC as f64).round() as u64;
         format!("{quota} {CPU_PERIOD_USEC}")
