@@ -563,6 +563,15 @@ mod tests {
         assert_eq!(exit_code(&o, true), 3);
     }
 
+    /// Issue 13: a run the OOM killer ended exits as for SIGKILL, also when the leader itself
+    /// was spared and exited with a code.
+    #[test]
+    fn oom_is_137() {
+        for st in [Some(ExitStatus::Signal(9)), Some(ExitStatus::Code(0)), None] {
+            assert_eq!(exit_code(&outcome(StopReason::Oom, st), false), 137);
+        }
+    }
+
     #[test]
     fn survivors_or_errors_are_125() {
         let mut o = outcome(StopReason::Exited, Some(ExitStatus::Code(0)));

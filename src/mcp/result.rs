@@ -293,6 +293,37 @@ mod tests {
         }
     }
 
+    /// Issue 13: a call the OOM killer ended says so first, and `structuredContent` carries
+    /// `stopReason: oom` (with `threadId` and `content`, which the outputSchema requires), also
+    /// when codex never said its thread id.
+    #[test]
+    fn out_of_memory_is_said_in_text_and_structured_content() {
+        let e = Ending::OutOfMemory {
+            limit: 64 << 20,
+            returncode: Some(-9),
+        };
+        let (t, a) = (Tail::default(), argv());
+        for (lines, thread) in [(vec![THREAD], "T1"), (vec![], "")] {
+            let s = stream(&lines);
+            let r = report(&s, &t, &a, &e);
+            assert!(r.is_error());
+            assert!(
+                r.text()
+                    .starts_with("[ERROR] killed: out of memory (limit 64M): "),
+                "{}",
+                r.text()
+            );
+            assert!(r.text().contains("returncode=-9"), "{}", r.text());
+            assert_eq!(
+                r.structured(),
+                Some(
+                    json!({"threadId": thread, "content": "", "stopReason": "oom",
+                            "memoryMaxBytes": 64 << 20})
+                )
+            );
+        }
+    }
+
     const THREAD: &str = r#"{"type":"thread.started","thread_id":"T1"}"#;
     const MSG: &str =
         r#"{"type":"item.completed","item":{"type":"agent_message","text":"The answer.\n"}}"#;
