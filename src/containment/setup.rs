@@ -168,6 +168,14 @@ pub fn ensure_leaf(
         return Ok(None);
     }
     let parent = Cgroup::at(&placement.dir);
+    if !enabling
+        && parent
+            .subtree_control()
+            .map_err(|e| e.to_string())?
+            .is_empty()
+    {
+        return Ok(None);
+    }
     let me = rustix::process::getpid();
     // Already moved (an earlier run of this reaper).
     if parent
@@ -175,14 +183,6 @@ pub fn ensure_leaf(
         .map_err(|e| e.to_string())?
         .iter()
         .all(|p| *p != me)
-    {
-        return Ok(None);
-    }
-    if !enabling
-        && parent
-            .subtree_control()
-            .map_err(|e| e.to_string())?
-            .is_empty()
     {
         return Ok(None);
     }

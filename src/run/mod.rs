@@ -719,7 +719,15 @@ impl Run {
         // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
         let kept = match &mut self.backend {
             #[cfg(target_os = "linux")]
-            Backend::Cgroup(b) => Some(b.keep()?),
+            Backend::Cgroup(b) => {
+                let kept = b.keep()?;
+                // The kept cgroup is fresh: the run's limits go with its processes.
+                let cg = reaper_platform::linux::cgroup::Cgroup::at(&kept);
+                if let Err(e) = limits::apply(&cg, &self.limits) {
+                    say!("reaper: warning: the kept processes run without their limits: {e}");
+                }
+                Some(kept)
+            }
             _ => None,
         };
         reap::unregister_leader(self.leader.handle.pid());
