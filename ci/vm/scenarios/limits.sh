@@ -106,40 +106,59 @@ EAT*)
 esac
 EOF
 cat >"$work/client.py" <<'EOF'
-import json, subprocess, sys, time
+import json, os, select, subprocess, sys, time
+# A client with a deadline: a server that hangs fails the check instead of the lane.
 p = subprocess.Popen(["reaper", "mcp", "--memory-max", "64M", "--progress-interval", "300ms"],
-                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                     env={**__import__("os").environ, "CODEX_CMD": sys.argv[1]})
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                     env={**os.environ, "CODEX_CMD": sys.argv[1]})
+deadline = time.monotonic() + 90
+fd, buf = p.stdout.fileno(), b""
 def send(m):
-    p.stdin.write(json.dumps(m) + "\n"); p.stdin.flush()
+    p.stdin.write((json.dumps(m) + "\n").encode()); p.stdin.flush()
+def message():
+    global buf
+    while b"\n" not in buf:
+        if not select.select([fd], [], [], max(0, deadline - time.monotonic()))[0]:
+            raise TimeoutError("no answer from reaper mcp within 90 s")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            raise EOFError("reaper mcp closed its stdout")
+        buf += chunk
+    line, buf = buf.split(b"\n", 1)
+    return json.loads(line)
 send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2024-11-05",
       "capabilities": {}, "clientInfo": {"name": "vm", "version": "0"}}})
-p.stdout.readline()
+message()
 send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "codex",
       "arguments": {"prompt": "EAT"}, "_meta": {"progressToken": "eat"}}})
 send({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "codex",
       "arguments": {"prompt": "thread T-ok\nsleep 4\nsay survived\ndone"}, "_meta": {"progressToken": "ok"}}})
-results, progress = {}, []
-while len(results) < 2:
-    line = p.stdout.readline()
-    if not line:
-        break
-    m = json.loads(line)
-    if m.get("method") == "notifications/progress":
-        progress.append(m["params"].get("message", ""))
-    elif m.get("id") in (2, 3):
-        results[m["id"]] = m.get("result")
+results, progress, error = {}, [], None
+try:
+    while len(results) < 2:
+        m = message()
+        if m.get("method") == "notifications/progress":
+            progress.append(m["params"].get("message", ""))
+        elif m.get("id") in (2, 3):
+            results[m["id"]] = m.get("result")
+except (TimeoutError, EOFError) as e:
+    error = str(e)
 p.stdin.close()
-p.wait(timeout=30)
-json.dump({"results": results, "progress": progress, "exit": p.returncode}, sys.stdout, indent=1)
+try:
+    p.wait(timeout=30)
+except subprocess.TimeoutExpired:
+    error = (error or "") + "; reaper mcp did not exit within 30 s of its stdin closing"
+    p.kill()
+json.dump({"results": results, "progress": progress, "exit": p.returncode, "error": error},
+          sys.stdout, indent=1)
 EOF
 chmod 755 "$work/codex" "$work/client.py"
 
 mcp() {  # WHO
   local who=$1 r="$work/mcp-$1.json"
   say "$who: reaper mcp --memory-max 64M, one call allocating 200 MB, one that does not, at once"
-  $(runner "$who") python3 "$work/client.py" "$work/codex" >"$r"
+  $(runner "$who") timeout 150 python3 "$work/client.py" "$work/codex" >"$r"
   cat "$r"; echo
   [ "$(jget "$r" 'r["results"]["2"]["isError"]')" = True ] &&
     grep -q 'out of memory (limit 64M)' <<<"$(jget "$r" 'r["results"]["2"]["content"][0]["text"]')" &&
