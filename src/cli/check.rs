@@ -127,6 +127,12 @@ pub struct RunReport {
     pub survivors: Vec<Survivor>,
     /// Whether the survivors were killed afterwards (not with `--keep`).
     pub killed: bool,
+    /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
+    pub limits: Option<crate::containment::limits::Limits>,
+    /// What the limits did and the run's CPU time (cgroup backend; not with `--keep`).
+    pub usage: Option<crate::containment::limits::Usage>,
+    /// Whether the memory limit ended the run (the OOM killer; stop reason `oom`).
+    pub out_of_memory: bool,
 }
 
 #[derive(Debug, Serialize)]
@@ -336,6 +342,9 @@ async fn check_once(
     };
     let backend = run.backend_kind().as_str();
     let mut cgroup = run.cgroup_path();
+    let limits = run.limits();
+    let mut usage = None;
+    let mut out_of_memory = false;
     let leader = if kill {
         // No grace: the program had its chance to clean up during the settle time.
         run.stop(Signal::KILL, Duration::ZERO, std::future::pending())
@@ -349,6 +358,8 @@ async fn check_once(
         if let Some(e) = out.error {
             return Err(e);
         }
+        usage = out.usage;
+        out_of_memory = out.stop_reason == StopReason::Oom;
         LeaderEnd {
             pid: leader_pid,
             exit_code: out.exit_code,
@@ -377,6 +388,9 @@ async fn check_once(
         settle_ms: args.settle.as_millis() as u64,
         survivors,
         killed: kill,
+        limits: (!limits.is_empty()).then_some(limits),
+        usage,
+        out_of_memory,
     })
 }
 
@@ -431,6 +445,13 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
         String::new()
     };
     let settle = parse::show(args.settle);
+    if r.out_of_memory {
+        let limit = r.limits.and_then(|l| l.memory_max).map(parse::show_size);
+        say!(
+            "{prefix}killed: out of memory (limit {})",
+            limit.unwrap_or_default()
+        );
+    }
     match r.result {
         "timeout" => say!(
             "{prefix}timeout: CMD was still running after {}; stopped it (not counted as a leak)",

@@ -39,6 +39,11 @@ pub struct Report {
     pub delegated_unit: Option<String>,
     pub controllers: Vec<String>,
     pub subtree_control: Vec<String>,
+    /// The controllers reaper can use for limits here (`memory` for --memory-max, `pids` for
+    /// --pids-max, `cpu` for --cpus).
+    pub limit_controllers: Vec<String>,
+    /// Why the others cannot be used.
+    pub limits_error: Option<String>,
     /// Whether a run cgroup could be created (and was removed again).
     pub cgroup_writable: bool,
     pub cgroup_kill: bool,
@@ -132,6 +137,9 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                 Some(why) => Err(why),
                 None => env.placement(None),
             };
+            if let Ok(p) = &placement {
+                limit_controllers(&mut r, &env, p);
+            }
             match placement.and_then(|p| setup::create_run_cgroup(&p)) {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
@@ -222,6 +230,37 @@ fn container(r: &mut Report) {
                 .into(),
         );
     }
+}
+
+/// Which limits would work, as a run would check them (nothing is enabled).
+#[cfg(target_os = "linux")]
+fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placement) {
+    use crate::containment::limits::{self, Limits};
+    let one = [
+        Limits {
+            memory_max: Some(1),
+            ..Limits::default()
+        },
+        Limits {
+            pids_max: Some(1),
+            ..Limits::default()
+        },
+        Limits {
+            cpus: Some(1.0),
+            ..Limits::default()
+        },
+    ];
+    let mut errors = Vec::new();
+    for l in one {
+        match limits::check(&l, env, p, limits::ownership(false)) {
+            Ok(_) => r
+                .limit_controllers
+                .extend(l.controllers().iter().map(|(c, _)| (*c).to_owned())),
+            Err(e) => errors.push(e),
+        }
+    }
+    // The reasons repeat per controller when they are the host's: one suffices.
+    r.limits_error = errors.into_iter().next();
 }
 
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
@@ -362,6 +401,15 @@ fn human(r: &Report) -> String {
             r.subtree_control.join(" ")
         },
     );
+    let usable = if r.limit_controllers.is_empty() {
+        "(none)".to_owned()
+    } else {
+        r.limit_controllers.join(" ")
+    };
+    match &r.limits_error {
+        Some(e) => line("limits", &format!("{usable}; {e}")),
+        None => line("limits", &usable),
+    }
     let writable = match &r.cgroup_error {
         Some(e) if !r.cgroup_writable => format!("no: {e}"),
         _ => yes(r.cgroup_writable).to_owned(),

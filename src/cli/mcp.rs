@@ -174,7 +174,17 @@ async fn serve(mut cfg: Config) -> u8 {
         say!("reaper mcp: cannot install signal handlers");
         return 125;
     };
-    if !crate::mcp::call::isolated(&mut cfg.contain).await && cfg.max_concurrent > 1 {
+    let isolated = match crate::mcp::call::isolated(&mut cfg.contain).await {
+        Ok(i) => i,
+        Err(e) => {
+            say!("reaper mcp: {e}");
+            if let Some(g) = &cfg.contain.guardian {
+                g.done();
+            }
+            return 125;
+        }
+    };
+    if !isolated && cfg.max_concurrent > 1 {
         tracing::warn!(
             "calls run one at a time: without a cgroup per call (subreaper backend), stopping \
              one call would stop the others; run `reaper doctor` to see why there is no cgroup, \

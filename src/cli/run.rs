@@ -141,6 +141,38 @@ pub struct ContainArgs {
         value_name = "WHEN"
     )]
     pub delegate: DelegateMode,
+
+    #[command(flatten)]
+    pub limits: LimitArgs,
+}
+
+/// Resource limits (cgroup backend only), as systemd-run's `-p MemoryMax= -p TasksMax=
+/// -p CPUQuota=`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct LimitArgs {
+    /// Memory limit for the whole tree (memory.max, no swap): 512M, 2G, 1.5G (K/M/G/T are
+    /// powers of 1024, plain numbers bytes). When the tree exceeds it, the kernel's OOM killer
+    /// ends the whole run (stop reason `oom`, exit 137).
+    #[arg(long, value_parser = parse::size, value_name = "SIZE")]
+    pub memory_max: Option<u64>,
+
+    /// Most processes (and threads) the tree may have at once (pids.max): a fork past it fails.
+    #[arg(long, value_parser = parse::pids, value_name = "N")]
+    pub pids_max: Option<u64>,
+
+    /// CPU time for the whole tree, in cores (cpu.max): 0.5 is half of one core.
+    #[arg(long, value_parser = parse::cpus, value_name = "N.N")]
+    pub cpus: Option<f64>,
+}
+
+impl LimitArgs {
+    pub fn limits(&self) -> crate::containment::limits::Limits {
+        crate::containment::limits::Limits {
+            memory_max: self.memory_max,
+            pids_max: self.pids_max,
+            cpus: self.cpus,
+        }
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -175,6 +207,7 @@ impl ContainArgs {
             poll: self.poll,
             guardian,
             delegate: self.delegate,
+            limits: self.limits.limits(),
         }
     }
 }
@@ -190,6 +223,10 @@ pub fn exit_code(o: &Outcome, preserve_status: bool) -> u8 {
     }
     if o.stop_reason == StopReason::Timeout && !preserve_status {
         return 124;
+    }
+    // As for a death by SIGKILL, also when the OOM killer spared the leader.
+    if o.stop_reason == StopReason::Oom {
+        return 128 + 9;
     }
     match o.leader_status {
         Some(ExitStatus::Code(c)) => (c & 0xff) as u8,
@@ -456,7 +493,8 @@ async fn run(mut args: RunArgs) -> u8 {
             0 => String::new(),
             e => format!(", {e} of them had moved out of the run's cgroup"),
         };
-        match reason {
+        // The outcome's reason: the run layer tells an OOM kill from the leader's own exit.
+        match outcome.stop_reason {
             StopReason::Timeout => {
                 say!("reaper: timed out after {}; stopped {n} process(es){moved}", parse::show(args.timeout.unwrap_or_default()))
             }
@@ -464,6 +502,10 @@ async fn run(mut args: RunArgs) -> u8 {
                 say!("reaper: got SIG{}; stopped {n} process(es){moved}", outcome.received_signal.as_deref().unwrap_or("?"))
             }
             StopReason::ParentDied => say!("reaper: parent died; stopped {n} process(es){moved}"),
+            StopReason::Oom => say!(
+                "reaper: killed: out of memory (limit {})",
+                outcome.limits.and_then(|l| l.memory_max).map(parse::show_size).unwrap_or_default()
+            ),
             StopReason::StdinEof => say!(
                 "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es){moved}",
                 parse::show(args.on_stdin_eof.unwrap_or_default())
@@ -661,6 +703,8 @@ mod tests {
             escapees: vec![],
             error: None,
             guardian_pid: None,
+            limits: None,
+            usage: None,
             leader_status: None,
         };
         o.set_leader_status(st);
@@ -703,6 +747,15 @@ mod tests {
         assert_eq!(exit_code(&o, true), 143);
         let o = outcome(StopReason::Timeout, Some(ExitStatus::Code(3)));
         assert_eq!(exit_code(&o, true), 3);
+    }
+
+    /// Issue 13: a run the OOM killer ended exits as for SIGKILL, also when the leader itself
+    /// was spared and exited with a code.
+    #[test]
+    fn oom_is_137() {
+        for st in [Some(ExitStatus::Signal(9)), Some(ExitStatus::Code(0)), None] {
+            assert_eq!(exit_code(&outcome(StopReason::Oom, st), false), 137);
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::ffi::{OsStr, OsString};
 use std::time::Duration;
 
 use super::parse::{self, SigSpec};
-use super::run::{ContainArgs, GuardArgs, RunArgs, TimeoutFace};
+use super::run::{ContainArgs, GuardArgs, LimitArgs, RunArgs, TimeoutFace};
 use crate::run::Requested;
 
 /// 125: timeout(1)'s status for its own failures (bad usage included).
@@ -181,6 +181,8 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
                 Ok("never") => crate::run::DelegateMode::Never,
                 _ => crate::run::DelegateMode::Auto,
             },
+            // timeout(1) has no limits.
+            limits: LimitArgs::default(),
         },
         command: args[i + 1..].to_vec(),
         face: Some(TimeoutFace {

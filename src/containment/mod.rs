@@ -17,6 +17,7 @@
 pub mod cgroup;
 #[cfg(target_os = "linux")]
 pub mod delegate;
+pub mod limits;
 pub mod pgid;
 #[cfg(target_os = "linux")]
 pub mod setup;

@@ -39,8 +39,21 @@ pub fn discover() -> Result<CgroupEnv, String> {
     })?;
     let pc = std::fs::read_to_string("/proc/self/cgroup")
         .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
-    let own_path = mountinfo::unified_cgroup_path(&pc)
+    let mut own_path = mountinfo::unified_cgroup_path(&pc)
         .ok_or_else(|| "/proc/self/cgroup has no cgroup v2 (0::) line".to_owned())?;
+    // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
+    // enabling controllers, is still the one above (else every later run would nest a level
+    // deeper, inside a cgroup that holds reaper).
+    if let Ok((pid, start)) = procfs::self_identity() {
+        let leaf = format!("/{}", supervisor_name(pid, start));
+        if let Some(parent) = own_path.strip_suffix(&leaf) {
+            own_path = if parent.is_empty() {
+                "/".to_owned()
+            } else {
+                parent.to_owned()
+            };
+        }
+    }
     let own_dir = mountinfo::cgroup_dir(&mount, &own_path).ok_or_else(|| {
         format!(
             "reaper's cgroup {own_path} is not visible under the cgroup2 mount {}",
@@ -142,18 +155,34 @@ impl CgroupEnv {
     }
 }
 
-/// If the parent has controllers enabled for its children, it may not also hold processes (the
-/// no-internal-processes rule), and reaper itself lives there: move reaper into a leaf of its own
-/// first. The root cgroup is exempt from the rule.
-pub fn ensure_leaf(env: &CgroupEnv, placement: &Placement) -> Result<Option<Cgroup>, String> {
+/// If the parent has controllers enabled for its children, or reaper is about to enable some
+/// (`enabling`: limits), it may not also hold processes (the no-internal-processes rule), and
+/// reaper itself lives there: move reaper into a leaf of its own first. The root cgroup is
+/// exempt from the rule.
+pub fn ensure_leaf(
+    env: &CgroupEnv,
+    placement: &Placement,
+    enabling: bool,
+) -> Result<Option<Cgroup>, String> {
     if env.own_path == "/" || placement.dir != env.own_dir {
         return Ok(None);
     }
     let parent = Cgroup::at(&placement.dir);
+    if !enabling
+        && parent
+            .subtree_control()
+            .map_err(|e| e.to_string())?
+            .is_empty()
+    {
+        return Ok(None);
+    }
+    let me = rustix::process::getpid();
+    // Already moved (an earlier run of this reaper).
     if parent
-        .subtree_control()
+        .procs()
         .map_err(|e| e.to_string())?
-        .is_empty()
+        .iter()
+        .all(|p| *p != me)
     {
         return Ok(None);
     }
@@ -167,7 +196,6 @@ pub fn ensure_leaf(env: &CgroupEnv, placement: &Placement) -> Result<Option<Cgro
     // its guardian does once reaper has exited, or else the next reaper's stale sweep.
     static SUPERVISOR_LOCK: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
     let _ = SUPERVISOR_LOCK.set(lock);
-    let me = rustix::process::getpid();
     leaf.add_process(me).map_err(|e| e.to_string())?;
     Ok(Some(leaf))
 }

@@ -177,6 +177,7 @@ pub async fn run(
         progress.publish(Status::Running {
             elapsed: started.elapsed(),
             processes: run.process_count(),
+            memory: run.memory_now().map(|now| (now, run.limits().memory_max)),
             last: stream.last_item.clone(),
         });
     };
@@ -272,7 +273,12 @@ pub async fn run(
 
     let outcome = run.finish(reason, None).await;
     let returncode = outcome.leader_status.map(returncode);
+    let oom = outcome.stop_reason == StopReason::Oom;
     let ending = match why {
+        Why::Exited if oom => Ending::OutOfMemory {
+            limit: outcome.limits.and_then(|l| l.memory_max).unwrap_or(0),
+            returncode,
+        },
         Why::Exited => Ending::Exited(returncode.unwrap_or(-1)),
         Why::Timeout => Ending::TimedOut {
             secs: spec.timeout_secs,
@@ -321,8 +327,16 @@ pub async fn run(
 /// the others too. Tries the containment the calls will get (a cgroup is made and removed).
 /// When `auto` got a cgroup, pins the calls to `cgroup`: a call that later cannot get one fails
 /// and says why, instead of falling back into the subtree it would share with the others.
-pub async fn isolated(opts: &mut ContainOpts) -> bool {
-    match crate::run::contain(opts).await {
+/// Fails when the server has limits (`--memory-max`…) and no call could get them: a server
+/// whose every call would fail says so once, at the start.
+pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, String> {
+    let contained = crate::run::contain(opts).await;
+    if let Err(e) = &contained {
+        if !opts.limits.is_empty() {
+            return Err(e.clone());
+        }
+    }
+    Ok(match contained {
         #[cfg(target_os = "linux")]
         Ok((Backend::Cgroup(mut b), _)) => {
             if let Err(e) = b.release() {
@@ -341,7 +355,7 @@ pub async fn isolated(opts: &mut ContainOpts) -> bool {
         Ok((Backend::Pgid(_), _)) => true,
         // Every call will fail to start, and say why.
         Err(_) => true,
-    }
+    })
 }
 
 /// Python's `returncode`: the exit code, or minus the signal that killed the process.

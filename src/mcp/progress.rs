@@ -31,6 +31,9 @@ pub enum Status {
     Running {
         elapsed: Duration,
         processes: usize,
+        /// The call's memory now, and its limit (`--memory-max`), where the run has the memory
+        /// controller.
+        memory: Option<(u64, Option<u64>)>,
         last: Option<String>,
     },
 }
@@ -44,6 +47,7 @@ impl Status {
             Status::Running {
                 elapsed,
                 processes,
+                memory,
                 last,
             } => {
                 let mut m = format!(
@@ -56,6 +60,13 @@ impl Status {
                         "processes"
                     }
                 );
+                if let Some((now, max)) = memory {
+                    m.push_str(&format!(" · {}", crate::cli::parse::show_size(*now)));
+                    if let Some(max) = max {
+                        m.push_str(&format!(" of {}", crate::cli::parse::show_size(*max)));
+                    }
+                    m.push_str(" memory");
+                }
                 if let Some(l) = last {
                     m.push_str(&format!(" · last: {l}"));
                 }
@@ -172,6 +183,7 @@ mod tests {
         let s = Status::Running {
             elapsed: Duration::from_millis(120_400),
             processes: 7,
+            memory: None,
             last: Some("command_execution".into()),
         };
         assert_eq!(
@@ -181,9 +193,20 @@ mod tests {
         let s = Status::Running {
             elapsed: Duration::ZERO,
             processes: 1,
+            memory: None,
             last: None,
         };
         assert_eq!(s.message(), "codex running for 0s · 1 process");
+        let s = Status::Running {
+            elapsed: Duration::from_secs(3),
+            processes: 4,
+            memory: Some((42 << 20, Some(64 << 20))),
+            last: None,
+        };
+        assert_eq!(
+            s.message(),
+            "codex running for 3s · 4 processes · 42M of 64M memory"
+        );
         let s = Status::Queued {
             running: 8,
             limit: 8,

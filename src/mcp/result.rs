@@ -24,6 +24,9 @@ pub enum Ending {
     LaunchFailed(String),
     /// reaper could not contain the call (no cgroup, no pidfd…).
     NotContained(String),
+    /// The call's tree went over the server's `--memory-max` (bytes) and the kernel's OOM
+    /// killer ended it whole.
+    OutOfMemory { limit: u64, returncode: Option<i64> },
 }
 
 impl Ending {
@@ -36,7 +39,9 @@ impl Ending {
     fn returncode(&self) -> Option<Option<i64>> {
         match self {
             Ending::Exited(c) => Some(Some(*c)),
-            Ending::TimedOut { returncode, .. } => Some(*returncode),
+            Ending::TimedOut { returncode, .. } | Ending::OutOfMemory { returncode, .. } => {
+                Some(*returncode)
+            }
             Ending::Cancelled { returncode } | Ending::Shutdown { returncode } => {
                 returncode.map(Some)
             }
@@ -185,6 +190,11 @@ impl Report<'_> {
             Ending::TimedOut { secs, .. } => format!("timeout after {secs}s"),
             Ending::Cancelled { .. } => "cancelled by the client".into(),
             Ending::Shutdown { .. } => "reaper mcp is shutting down".into(),
+            Ending::OutOfMemory { limit, .. } => format!(
+                "killed: out of memory (limit {}): the call's processes used more memory than \
+                 this server's --memory-max, and the kernel killed them all",
+                crate::cli::parse::show_size(*limit)
+            ),
             Ending::LaunchFailed(m) | Ending::NotContained(m) => m.clone(),
             Ending::Exited(_) => self
                 .stream
@@ -214,6 +224,10 @@ impl Report<'_> {
             }
             None => {}
         }
+        if let Ending::OutOfMemory { limit, .. } = self.ending {
+            out.insert("stopReason".into(), json!("oom"));
+            out.insert("memoryMaxBytes".into(), json!(limit));
+        }
         if !self.ignored.is_empty() {
             let list: Vec<Value> = self
                 .ignored
@@ -221,12 +235,12 @@ impl Report<'_> {
                 .map(|i| json!({"name": i.name, "value": i.value, "serverValue": i.server.value}))
                 .collect();
             out.insert("ignoredParameters".into(), Value::Array(list));
-            // Sent at all, it must match the declared outputSchema (the TypeScript SDK checks
-            // it even on errors): threadId and content are required there.
-            if !out.contains_key("threadId") {
-                out.insert("threadId".into(), json!(""));
-                out.insert("content".into(), json!(s.response()));
-            }
+        }
+        // Sent at all, it must match the declared outputSchema (the TypeScript SDK checks it
+        // even on errors): threadId and content are required there.
+        if !out.is_empty() && !out.contains_key("threadId") {
+            out.insert("threadId".into(), json!(""));
+            out.insert("content".into(), json!(s.response()));
         }
         (!out.is_empty()).then_some(Value::Object(out))
     }
@@ -287,6 +301,37 @@ mod tests {
             ignored: &[],
             survivors: &[],
             escapees: &[],
+        }
+    }
+
+    /// Issue 13: a call the OOM killer ended says so first, and `structuredContent` carries
+    /// `stopReason: oom` (with `threadId` and `content`, which the outputSchema requires), also
+    /// when codex never said its thread id.
+    #[test]
+    fn out_of_memory_is_said_in_text_and_structured_content() {
+        let e = Ending::OutOfMemory {
+            limit: 64 << 20,
+            returncode: Some(-9),
+        };
+        let (t, a) = (Tail::default(), argv());
+        for (lines, thread) in [(vec![THREAD], "T1"), (vec![], "")] {
+            let s = stream(&lines);
+            let r = report(&s, &t, &a, &e);
+            assert!(r.is_error());
+            assert!(
+                r.text()
+                    .starts_with("[ERROR] killed: out of memory (limit 64M): "),
+                "{}",
+                r.text()
+            );
+            assert!(r.text().contains("returncode=-9"), "{}", r.text());
+            assert_eq!(
+                r.structured(),
+                Some(
+                    json!({"threadId": thread, "content": "", "stopReason": "oom",
+                            "memoryMaxBytes": 64 << 20})
+                )
+            );
         }
     }
 

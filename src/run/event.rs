@@ -45,6 +45,9 @@ pub enum Event {
         killed: usize,
         survivors: Vec<String>,
         escapees: Vec<String>,
+        /// What the limits did and the run's CPU time (cgroup backend only).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        usage: Option<crate::containment::limits::Usage>,
     },
 }
 

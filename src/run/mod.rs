@@ -26,9 +26,9 @@ use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-#[cfg(target_os = "linux")]
-use crate::containment::setup;
 use crate::containment::{self, Backend, BackendKind, Containment, Member};
+#[cfg(target_os = "linux")]
+use crate::containment::{limits, setup};
 use crate::guardian::Guardian;
 pub use command::{Io, LeaderCommand};
 pub use event::{Event, EventSink};
@@ -59,6 +59,8 @@ pub struct ContainOpts {
     /// Under systemd: whether to ask for a delegated scope first (Linux only).
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub delegate: DelegateMode,
+    /// Resource limits (cgroup backend only: anything else refuses them).
+    pub limits: containment::limits::Limits,
 }
 
 /// `--delegate` (see `containment::delegate`); only Linux has systemd.
@@ -105,14 +107,39 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         if let Some(g) = &opts.guardian {
             g.watch_dir(&placement.dir);
         }
-        setup::ensure_leaf(&env, &placement)?;
+        let enable = limits::check(
+            &opts.limits,
+            &env,
+            &placement,
+            limits::ownership(opts.cgroup_parent.is_some()),
+        )?;
+        setup::ensure_leaf(&env, &placement, !enable.is_empty())?;
+        if !enable.is_empty() {
+            limits::enable(&placement, &enable)?;
+        }
         sweep_once(&placement.dir).await;
         let mut backend = setup::create_run_cgroup(&placement)?;
         // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
         if let Some(g) = &opts.guardian {
             backend.exclude(g.pid(), g.starttime());
         }
+        if let Err(e) = limits::apply(backend.cgroup(), &opts.limits) {
+            let _ = backend.release();
+            return Err(e);
+        }
         Ok(backend)
+    };
+    // A limit needs the cgroup backend: never a silent run without it.
+    let no_limits = |backend: &str| {
+        if opts.limits.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
+                 enforce it; a limit is never dropped, so the run did not start",
+                opts.limits.flags()
+            ))
+        }
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
@@ -137,7 +164,10 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         #[cfg(target_os = "linux")]
         Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
         #[cfg(target_os = "linux")]
-        Requested::Subreaper => subreaper().map(|b| (b, None)),
+        Requested::Subreaper => {
+            no_limits("subreaper")?;
+            subreaper().map(|b| (b, None))
+        }
         #[cfg(not(target_os = "linux"))]
         Requested::Cgroup => Err("--containment cgroup is Linux-only (cgroup v2); on macOS use \
                                   pgid, which auto picks"
@@ -146,16 +176,24 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
         Requested::Subreaper => Err("--containment subreaper is Linux-only \
                                      (PR_SET_CHILD_SUBREAPER); on macOS use pgid, which auto picks"
             .into()),
-        Requested::Pgid => pgid().map(|b| (b, None)),
+        Requested::Pgid => {
+            no_limits("pgid")?;
+            pgid().map(|b| (b, None))
+        }
         // No cgroups and no subreaper on macOS: the process table is all there is.
         #[cfg(not(target_os = "linux"))]
-        Requested::Auto => pgid().map(|b| (b, None)),
+        Requested::Auto => {
+            no_limits("auto (pgid on macOS)")?;
+            pgid().map(|b| (b, None))
+        }
         #[cfg(target_os = "linux")]
         Requested::Auto => match cgroup().await {
             // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
             // a host without cgroups: refused (and nothing created) rather than a fallback.
             Err(why) if opts.cgroup_parent.is_some() && placement_refused(opts) => Err(why),
             Ok(b) => Ok((Backend::Cgroup(b), None)),
+            // No fallback: the subreaper cannot enforce a limit.
+            Err(why) if !opts.limits.is_empty() => Err(why),
             Err(why) => subreaper().map(|b| {
                 let warning = format!(
                     "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
@@ -360,6 +398,8 @@ pub struct Run {
     /// The fallback warning, if `auto` fell back.
     pub warning: Option<String>,
     guardian: Option<Arc<Guardian>>,
+    /// The limits set on the run cgroup.
+    limits: containment::limits::Limits,
 }
 
 impl Run {
@@ -456,6 +496,7 @@ impl Run {
             ended: false,
             warning,
             guardian,
+            limits: opts.limits,
         };
         Ok((run, pipes))
     }
@@ -693,6 +734,28 @@ impl Run {
         }
     }
 
+    /// The run cgroup's statistics (cgroup backend only).
+    fn usage(&self) -> Option<containment::limits::Usage> {
+        #[cfg(target_os = "linux")]
+        if let Some(dir) = self.backend.cgroup_path() {
+            return Some(containment::limits::Usage::read(dir));
+        }
+        None
+    }
+
+    /// The run's memory now, when it has a memory limit.
+    pub fn memory_now(&self) -> Option<u64> {
+        #[cfg(target_os = "linux")]
+        if let Some(dir) = self.backend.cgroup_path() {
+            return limits::memory_now(dir);
+        }
+        None
+    }
+
+    pub fn limits(&self) -> containment::limits::Limits {
+        self.limits
+    }
+
     fn record(&mut self, ms: &[Member]) {
         self.stopped.extend(ms.iter().map(|m| m.pid));
     }
@@ -705,7 +768,15 @@ impl Run {
         // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
         let kept = match &mut self.backend {
             #[cfg(target_os = "linux")]
-            Backend::Cgroup(b) => Some(b.keep()?),
+            Backend::Cgroup(b) => {
+                let kept = b.keep()?;
+                // The kept cgroup is fresh: the run's limits go with its processes.
+                let cg = reaper_platform::linux::cgroup::Cgroup::at(&kept);
+                if let Err(e) = limits::apply(&cg, &self.limits) {
+                    say!("reaper: warning: the kept processes run without their limits: {e}");
+                }
+                Some(kept)
+            }
             _ => None,
         };
         reap::unregister_leader(self.leader.handle.pid());
@@ -721,6 +792,8 @@ impl Run {
         }
         reap::reap_orphans();
         let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
+        // Read before the cgroup is removed with them.
+        let usage = self.usage();
         let mut error = None;
         if survivors.is_empty() {
             if let Err(e) = self.backend.release() {
@@ -747,6 +820,7 @@ impl Run {
             killed: self.stopped.len(),
             survivors: survivors.clone(),
             escapees: escapees.clone(),
+            usage: usage.clone(),
         });
         let mut out = Outcome {
             argv: std::mem::take(&mut self.argv),
@@ -758,6 +832,15 @@ impl Run {
             signal: None,
             stop_reason: if error.is_some() && reason == StopReason::Exited {
                 StopReason::Error
+            } else if reason == StopReason::Exited
+                && usage.as_ref().is_some_and(|u| {
+                    u.ended_by_oom(match self.leader.status {
+                        Some(ExitStatus::Signal(s)) => Some(s),
+                        _ => None,
+                    })
+                })
+            {
+                StopReason::Oom
             } else {
                 reason
             },
@@ -770,6 +853,8 @@ impl Run {
             escapees,
             error,
             guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
+            limits: (!self.limits.is_empty()).then_some(self.limits),
+            usage,
             leader_status: None,
         };
         out.set_leader_status(self.leader.status);

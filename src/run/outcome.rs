@@ -20,6 +20,9 @@ pub enum StopReason {
     ParentDied,
     /// reaper's stdin reached EOF and the leader did not exit in time (`--on-stdin-eof`).
     StdinEof,
+    /// The run hit its memory limit (`--memory-max`) and the kernel's OOM killer ended it:
+    /// see `Usage::ended_by_oom`. Exit status as for the leader's death by SIGKILL (137).
+    Oom,
     /// reaper itself failed.
     Error,
 }
@@ -57,6 +60,10 @@ pub struct Outcome {
     pub error: Option<String>,
     /// The guardian process that would have cleaned up had reaper been killed.
     pub guardian_pid: Option<i32>,
+    /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
+    pub limits: Option<crate::containment::limits::Limits>,
+    /// What the limits did and the run's CPU time (cgroup backend only).
+    pub usage: Option<crate::containment::limits::Usage>,
     #[serde(skip)]
     pub leader_status: Option<ExitStatus>,
 }

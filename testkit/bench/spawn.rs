@@ -144,6 +144,22 @@ fn variants(s: &Setup) -> Vec<Variant> {
                 &["--containment", "cgroup", "--no-guardian"][..],
             ),
             (
+                // The cost of limits: controllers enabled once per reaper, three file writes
+                // per run cgroup, their statistics read at the end. n/a where cgroup v2 lacks
+                // the controllers (hybrid hosts: reaper refuses, exit 125).
+                "`reaper run` cgroup backend, `--memory-max 1G --pids-max 10000 --cpus 2`",
+                &[
+                    "--containment",
+                    "cgroup",
+                    "--memory-max",
+                    "1G",
+                    "--pids-max",
+                    "10000",
+                    "--cpus",
+                    "2",
+                ][..],
+            ),
+            (
                 "`reaper run` subreaper backend",
                 &["--containment", "subreaper"][..],
             ),

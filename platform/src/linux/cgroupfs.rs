@@ -62,9 +62,12 @@ impl CgroupFsError {
         self.source.raw_os_error() == Some(rustix::io::Errno::BUSY.raw_os_error())
     }
 
-    /// The cgroup (or file) no longer exists.
+    /// The cgroup (or file) no longer exists. ENODEV too: a file of a cgroup that was removed
+    /// between its open and the read (kernfs), as systemd does with a scope's whole tree when
+    /// the scope ends.
     pub fn is_not_found(&self) -> bool {
         self.source.kind() == io::ErrorKind::NotFound
+            || self.source.raw_os_error() == Some(Errno::NODEV.raw_os_error())
     }
 }
 

@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+pub mod controllers;
 pub mod mountinfo;
 pub mod namespaces;
 pub mod pidfd;
