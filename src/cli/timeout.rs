@@ -181,6 +181,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
                 Ok("never") => crate::run::DelegateMode::Never,
                 _ => crate::run::DelegateMode::Auto,
             },
+            sandbox: None,
         },
         command: args[i + 1..].to_vec(),
         face: Some(TimeoutFace {

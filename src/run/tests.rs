@@ -15,6 +15,7 @@ async fn start_with(
         poll: Duration::from_millis(50),
         guardian: None,
         delegate: crate::run::DelegateMode::Never,
+        sandbox: None,
     };
     let mut cmd = LeaderCommand::new(argv[0]);
     cmd.args(&argv[1..])
