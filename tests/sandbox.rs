@@ -1,0 +1,441 @@
+//! `--sandbox` (issue 14, points 2–5): as root, a contained command cannot leave its cgroup, and
+//! everything else a command needs keeps working.
+//!
+//! The escapes are root's: each test that attempts them needs root and the cgroup backend, and
+//! says `skipped:` otherwise. Every attempt is a separate line `NAME rc=N` on the command's
+//! stdout, asserted one by one, so a regression names the escape that worked.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use common::{code, have, reaper, stderr, Need, Tree};
+
+fn cg2() -> PathBuf {
+    common::cgroup2_mount().expect("a cgroup2 mount (Need::Cgroup said so)")
+}
+
+/// `reaper run [--sandbox…] -- sh -c SCRIPT` with `$CG2` (the cgroup2 mount), `$ORACLE` (the
+/// tree's lock file) and `$SCRATCH` (a directory of the test) in its environment.
+fn run_sh(tree: &Tree, sandbox: &[&str], script: &str) -> Output {
+    run_sh_env(tree, sandbox, script, &[])
+}
+
+fn run_sh_env(tree: &Tree, sandbox: &[&str], script: &str, env: &[(&str, &str)]) -> Output {
+    let scratch = tree.dir.path().join("scratch");
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    std::fs::write(tree.oracle(), b"").expect("oracle file");
+    reaper()
+        .args(["run", "--containment", "cgroup", "-t", "60"])
+        .args(sandbox)
+        .args(["--", "sh", "-c", script])
+        .env("CG2", cg2())
+        .env("ORACLE", tree.oracle())
+        .env("SCRATCH", &scratch)
+        .env("TESTPID", std::process::id().to_string())
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reaper")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// The `rc=N` of the line starting with `name `.
+fn rc(out: &str, name: &str) -> i32 {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("no `{name}` line in:\n{out}"));
+    line.rsplit_once("rc=")
+        .and_then(|(_, n)| n.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no rc in {line:?}"))
+}
+
+/// Every escape root has, tried in turn; then a `setsid` grandchild holding the oracle lock, to
+/// show the tree still dies with the run.
+const ESCAPES: &str = r#"
+exec 9<>"$ORACLE"; flock -s 9 || exit 90
+n=0; moved=0
+for f in $(find /sys/fs/cgroup "$CG2" /proc/1/root/sys/fs/cgroup -name cgroup.procs 2>/dev/null); do
+    n=$((n+1))
+    if ( echo $$ > "$f" ) 2>/dev/null; then moved=$((moved+1)); echo "moved via $f"; fi
+done
+# rc=0 only if a write worked, like the other lines.
+echo "procs tried=$n moved=$moved rc=$([ "$moved" -eq 0 ] && echo 1 || echo 0)"
+( echo $$ > /proc/1/root$CG2/cgroup.procs ); echo "proc1-root rc=$?"
+mount -o remount,rw "$CG2"; echo "remount rc=$?"
+mount -o remount,rw /sys; echo "remount-sys rc=$?"
+umount -l "$CG2"; echo "umount rc=$?"
+mkdir -p "$SCRATCH/cg"; mount -t cgroup2 none "$SCRATCH/cg"; echo "fresh-cgroup2 rc=$?"
+unshare -C -m true; echo "unshare rc=$?"
+unshare -U -r -C -m sh -c 'mount -o remount,rw "$CG2"'; echo "userns-remount rc=$?"
+unshare -U -r -m sh -c 'umount -l "$CG2"'; echo "userns-umount rc=$?"
+nsenter --cgroup=/proc/1/ns/cgroup true; echo "setns-cgroup rc=$?"
+nsenter -t 1 -a true; echo "nsenter-all rc=$?"
+( echo '|/bin/true' > /proc/sys/kernel/core_pattern ); echo "core-pattern rc=$?"
+setsid sleep 300 &
+echo "started rc=0"
+"#;
+
+const ESCAPE_NAMES: &[&str] = &[
+    "procs",
+    "proc1-root",
+    "remount",
+    "remount-sys",
+    "umount",
+    "fresh-cgroup2",
+    "unshare",
+    "userns-remount",
+    "userns-umount",
+    "setns-cgroup",
+    "nsenter-all",
+    "core-pattern",
+];
+
+fn assert_every_escape_fails(mode: &[&str]) {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let tree = Tree::new();
+    let o = run_sh(&tree, mode, ESCAPES);
+    let out = stdout(&o);
+    let err = stderr(&o);
+    assert_eq!(code(&o), 0, "{mode:?}: stdout:\n{out}\nstderr:\n{err}");
+    for name in ESCAPE_NAMES {
+        assert_ne!(
+            rc(&out, name),
+            0,
+            "{mode:?}: the `{name}` escape worked:\n{out}\nstderr:\n{err}"
+        );
+    }
+    assert!(
+        !out.contains("procs tried=0 "),
+        "no cgroup.procs was found to try: {out}"
+    );
+    // The kernel's own words: the cgroup file system is read-only, mount and setns need a
+    // capability the command no longer has.
+    assert!(err.contains("Read-only file system"), "{err}");
+    assert!(
+        err.contains("permission denied") || err.contains("Operation not permitted"),
+        "{err}"
+    );
+    rc(&out, "started");
+    tree.assert_all_dead(&format!("the sandboxed tree after the run ({mode:?})"));
+}
+
+/// Issue 14 point 3: as root under `--sandbox`, every way out of the run's cgroup fails —
+/// writing the pid into every `cgroup.procs` in sight (v1 and v2, and through `/proc/1/root`),
+/// remounting the cgroup file system or `/sys` writable, unmounting it, mounting a fresh
+/// cgroup2, a new cgroup and mount namespace (with and without a user namespace), `setns` into
+/// PID 1's cgroup namespace, `nsenter`, a `core_pattern` helper — and the tree dies with the run.
+/// Without `--sandbox` the first of these succeeds (see `root_leaves_without_the_sandbox`).
+#[test]
+fn sandboxed_root_cannot_leave_its_cgroup() {
+    assert_every_escape_fails(&["--sandbox"]);
+}
+
+/// The same under `--sandbox=pid`, where PID 1 is the command itself.
+#[test]
+fn sandboxed_root_cannot_leave_its_cgroup_with_a_pid_namespace() {
+    assert_every_escape_fails(&["--sandbox=pid"]);
+}
+
+/// The same through the std spawn (REAPER_CLONE3=0: fork, join the cgroup in pre_exec, then the
+/// sandbox): the fallback path is no weaker.
+#[test]
+fn sandboxed_root_cannot_leave_its_cgroup_without_clone3() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let tree = Tree::new();
+    let o = run_sh_env(&tree, &["--sandbox"], ESCAPES, &[("REAPER_CLONE3", "0")]);
+    let out = stdout(&o);
+    for name in ESCAPE_NAMES {
+        assert_ne!(rc(&out, name), 0, "`{name}` worked:\n{out}");
+    }
+    tree.assert_all_dead("the sandboxed tree after a std-spawned run");
+}
+
+/// The negative control: without `--sandbox`, root leaves its run's cgroup with one write to the
+/// cgroup2 root's `cgroup.procs` (issue 14, "Measured on main"). The shell that moved exits at
+/// once and starts nothing, so nothing is left behind.
+#[test]
+fn root_leaves_without_the_sandbox() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let tree = Tree::new();
+    let o = run_sh(
+        &tree,
+        &[],
+        r#"( echo $$ > "$CG2/cgroup.procs" ); echo "moved rc=$?"; grep '^0::' /proc/self/cgroup"#,
+    );
+    let out = stdout(&o);
+    assert_eq!(rc(&out, "moved"), 0, "{out}\n{}", stderr(&o));
+    assert!(out.contains("\n0::/\n"), "not in the root cgroup: {out}");
+}
+
+/// `--sandbox=pid`: the command is PID 1 of its own PID namespace, sees only its tree in
+/// `/proc`, and cannot signal the test (outside) by pid.
+#[test]
+fn pid_sandbox_sees_and_signals_only_its_tree() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let tree = Tree::new();
+    let o = run_sh(
+        &tree,
+        &["--sandbox=pid"],
+        r#"echo "pid $$ rc=0"; echo "procs $(ls /proc | grep -c '^[0-9]') rc=0"
+kill -0 "$TESTPID"; echo "signal-outside rc=$?""#,
+    );
+    let out = stdout(&o);
+    assert!(out.contains("pid 1 rc=0"), "{out}");
+    // sh itself, and the subshell, `ls` and `grep` of the count.
+    let procs: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("procs "))
+        .and_then(|l| l.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(usize::MAX);
+    assert!(procs <= 5, "/proc shows {procs} processes: {out}");
+    assert_ne!(rc(&out, "signal-outside"), 0, "{out}");
+    assert!(stderr(&o).contains("No such process"), "{}", stderr(&o));
+}
+
+/// Issue 14 point 5: `--sandbox` where a part is impossible fails with 125 naming it, never a
+/// weaker sandbox: without the cgroup backend there is no cgroup to root the namespace at;
+/// without clone3 there is no PID namespace for the leader.
+#[test]
+fn impossible_sandbox_is_exit_125_naming_the_part() {
+    let o = reaper()
+        .args([
+            "run",
+            "--containment",
+            "subreaper",
+            "--sandbox",
+            "--",
+            "true",
+        ])
+        .output()
+        .expect("run reaper");
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--sandbox needs the cgroup backend"),
+        "{}",
+        stderr(&o)
+    );
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let o = reaper()
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "--sandbox=pid",
+            "--",
+            "true",
+        ])
+        .env("REAPER_CLONE3", "0")
+        .output()
+        .expect("run reaper");
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--sandbox=pid needs clone3"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A non-root user cannot create the namespaces: 125 naming the mount namespace, not a run
+/// without the sandbox.
+#[test]
+fn sandbox_as_nobody_is_exit_125() {
+    if !have(Need::Root) || !have(Need::Cgroup) || !have(Need::Program("setpriv")) {
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_reaper"))
+        .args(["run", "--sandbox", "--no-guardian", "--", "true"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--sandbox"), "{}", stderr(&o));
+}
+
+/// `reaper run --sandbox -- PROGRAM ARGS…` with `dir` as working directory; must exit 0.
+fn sandboxed_ok(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> String {
+    let o = reaper()
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "--sandbox",
+            "-t",
+            "120",
+            "--",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reaper");
+    assert_eq!(
+        code(&o),
+        0,
+        "{args:?} under --sandbox:\nstdout:\n{}\nstderr:\n{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    stdout(&o)
+}
+
+fn everyday_ready() -> bool {
+    have(Need::Root) && have(Need::Cgroup)
+}
+
+/// Issue 14 point 4: files and the network (a loopback TCP round trip) work under `--sandbox`.
+#[test]
+fn files_and_network_work_in_the_sandbox() {
+    if !everyday_ready() || !have(Need::Python3) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = sandboxed_ok(
+        &[
+            "sh",
+            "-c",
+            "echo data > f && cat f && mkdir d && mv f d/g && ls d && rm -r d && echo files-ok",
+        ],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out, "data\ng\nfiles-ok\n");
+    let out = sandboxed_ok(
+        &[
+            "python3",
+            "-c",
+            "import socket\ns=socket.socket(); s.bind(('127.0.0.1',0)); s.listen(1)\n\
+             c=socket.create_connection(s.getsockname()); a,_=s.accept(); c.sendall(b'ping')\n\
+             print(a.recv(4).decode())",
+        ],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out, "ping\n");
+}
+
+/// `git` works: init, commit, log.
+#[test]
+fn git_works_in_the_sandbox() {
+    if !everyday_ready() || !have(Need::Program("git")) {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = sandboxed_ok(
+        &[
+            "sh",
+            "-c",
+            "git init -q . && echo x > x && git add x && \
+             git -c user.name=t -c user.email=t@t commit -qm one && git log --format=%s",
+        ],
+        dir.path(),
+        &[],
+    );
+    assert_eq!(out, "one\n");
+}
+
+#[test]
+fn cargo_python_node_work_in_the_sandbox() {
+    if !everyday_ready() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    if have(Need::Program("cargo")) {
+        assert!(sandboxed_ok(&["cargo", "--version"], dir.path(), &[]).starts_with("cargo "));
+    }
+    if have(Need::Python3) {
+        assert_eq!(
+            sandboxed_ok(&["python3", "-c", "print(6*7)"], dir.path(), &[]),
+            "42\n"
+        );
+    }
+    if have(Need::Program("node")) {
+        assert!(sandboxed_ok(&["node", "--version"], dir.path(), &[]).starts_with('v'));
+    }
+}
+
+/// The real Codex CLI (installed by ci/ for the interop tests).
+fn codex() -> Option<String> {
+    let home = std::env::var_os("HOME")?;
+    let p = Path::new(&home).join(".cache/reaper-ci/codex/node_modules/.bin/codex");
+    let p = p.to_str()?.to_owned();
+    let ok = Command::new(&p)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("skipped: the real codex CLI is not at {p}");
+        return None;
+    }
+    Some(p)
+}
+
+/// The real Codex CLI under `--sandbox`: `--version`; `codex exec` down its fail-fast path (a
+/// provider on a closed loopback port, no retries: `turn.failed`, exit 1, see the codex spec);
+/// and `codex sandbox -- true`, codex's own Linux sandbox (no new privileges, no capabilities)
+/// inside reaper's.
+#[test]
+fn real_codex_works_in_the_sandbox() {
+    if !everyday_ready() {
+        return;
+    }
+    let Some(codex) = codex() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).expect("codex home");
+    let env = [("CODEX_HOME", home.to_str().expect("utf-8 temp path"))];
+    assert!(sandboxed_ok(&[&codex, "--version"], dir.path(), &env).starts_with("codex-cli "));
+    sandboxed_ok(&[&codex, "sandbox", "--", "true"], dir.path(), &env);
+
+    let o = reaper()
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "--sandbox",
+            "-t",
+            "120",
+            "--",
+        ])
+        .args([
+            &codex,
+            "exec",
+            "--disable",
+            "unbounded_connection_retries",
+            "-c",
+            "model_provider=dead",
+            "-c",
+            "model_providers.dead={name=\"dead\",base_url=\"http://127.0.0.1:9/v1\",\
+             request_max_retries=0,stream_max_retries=0}",
+            "--skip-git-repo-check",
+            "--json",
+            "hello",
+        ])
+        .current_dir(dir.path())
+        .envs(env)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reaper");
+    let out = stdout(&o);
+    assert_eq!(code(&o), 1, "{out}\n{}", stderr(&o));
+    assert!(out.contains("\"type\":\"thread.started\""), "{out}");
+    assert!(out.contains("\"type\":\"turn.failed\""), "{out}");
+}
