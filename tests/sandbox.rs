@@ -34,10 +34,17 @@ fn run_sh_env(tree: &Tree, sandbox: &[&str], script: &str, env: &[(&str, &str)])
         .env("ORACLE", tree.oracle())
         .env("SCRATCH", &scratch)
         .env("TESTPID", std::process::id().to_string())
+        .env("HOSTMNT", ns_link("mnt"))
+        .env("HOSTCGNS", ns_link("cgroup"))
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run reaper")
+}
+
+/// `readlink /proc/self/ns/KIND`, e.g. `mnt:[4026531841]`.
+fn ns_link(kind: &str) -> PathBuf {
+    std::fs::read_link(format!("/proc/self/ns/{kind}")).expect("read /proc/self/ns")
 }
 
 fn stdout(o: &Output) -> String {
@@ -62,9 +69,13 @@ fn rc(out: &str, name: &str) -> i32 {
 /// writability (`test -w` asks access(2), which says no on a read-only mount), never written,
 /// since a broken sandbox would move the shell into other users' cgroups (and v1 ones). The
 /// only writes go to the cgroup2 root's `cgroup.procs`, as in the issue's own measurement, and
-/// a shell that got out exits at once (exit 3) without starting anything.
+/// a shell that got out exits at once (exit 3) without starting anything. The mount attempts
+/// come only after the shell has checked it is in a mount namespace other than the test's
+/// (`$HOSTMNT`): without one, `umount` and `mount` would change the machine's own mounts.
 const ESCAPES: &str = r#"
 exec 9<>"$ORACLE"; flock -s 9 || exit 90
+[ "$(readlink /proc/self/ns/mnt)" = "$HOSTMNT" ]; r=$?; echo "host-mntns rc=$r"; [ $r -eq 0 ] && exit 3
+[ "$(readlink /proc/self/ns/cgroup)" = "$HOSTCGNS" ]; r=$?; echo "host-cgroupns rc=$r"; [ $r -eq 0 ] && exit 3
 n=0; w=0
 for f in $(find /sys/fs/cgroup "$CG2" /proc/1/root/sys/fs/cgroup -name cgroup.procs 2>/dev/null); do
     n=$((n+1))
@@ -90,6 +101,8 @@ echo "started rc=0"
 "#;
 
 const ESCAPE_NAMES: &[&str] = &[
+    "host-mntns",
+    "host-cgroupns",
     "procs-writable",
     "root-procs",
     "proc1-root",

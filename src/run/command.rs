@@ -339,19 +339,47 @@ pub(super) fn spawn(
 /// there (output discarded) and waits for it. For `reaper doctor`.
 #[cfg(target_os = "linux")]
 pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+    probe(cgroup, None).map_err(|e| match e {
+        ProbeError::Sandbox(e) => e.to_string(),
+        ProbeError::Other(m) => m,
+    })
+}
+
+/// Why a probe failed: the sandbox step the kernel refused, or anything else.
+#[cfg(target_os = "linux")]
+pub enum ProbeError {
+    Sandbox(reaper_platform::linux::sandbox::StepError),
+    Other(String),
+}
+
+/// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
+/// [`probe_clone3`], with the sandbox. For `reaper doctor`.
+#[cfg(target_os = "linux")]
+pub fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, pid: bool) -> Result<(), ProbeError> {
+    let plan = reaper_platform::linux::sandbox::SandboxPlan::new(pid)
+        .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
+    probe(cgroup, Some(&plan))
+}
+
+#[cfg(target_os = "linux")]
+fn probe(
+    cgroup: std::os::fd::BorrowedFd<'_>,
+    sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
+) -> Result<(), ProbeError> {
+    let other = ProbeError::Other;
     let mut cmd = LeaderCommand::new("/proc/self/exe");
     cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
     // Under the reaping lock: the probe is waited for here (see reap.rs).
     let _reaping = reaper_platform::reap::hold();
-    let spawned = match clone3::spawn(&cmd, cgroup, None, None) {
+    let spawned = match clone3::spawn(&cmd, cgroup, None, sandbox) {
         Ok(s) => s,
         Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
-            return Err(format!("refused: {e}"))
+            return Err(other(format!("refused: {e}")))
         }
-        Err(clone3::Error::Sandbox(e)) => return Err(e.to_string()),
-        Err(clone3::Error::Failed(e)) => return Err(e.to_string()),
+        Err(clone3::Error::Sandbox(e)) => return Err(ProbeError::Sandbox(e)),
+        Err(clone3::Error::Failed(e)) => return Err(other(e.to_string())),
     };
-    let pidfd = spawned.handle.map_err(|e| e.to_string())?;
+    let pidfd = spawned.handle.map_err(|e| other(e.to_string()))?;
     // `reaper --version` exits by itself; the kill only matters if it hangs.
     let exited = rustix::event::poll(
         &mut [rustix::event::PollFd::new(
@@ -366,7 +394,7 @@ pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     reaper_platform::linux::spawn::kill_and_reap(&pidfd);
     match exited {
         Ok(1) => Ok(()),
-        _ => Err("the probe did not exit within 5 s".into()),
+        _ => Err(other("the probe did not exit within 5 s".into())),
     }
 }
 
