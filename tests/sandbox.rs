@@ -6,6 +6,7 @@
 //! stdout, asserted one by one, so a regression names the escape that worked.
 
 mod common;
+mod mcp_support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -461,4 +462,89 @@ fn real_codex_works_in_the_sandbox() {
     assert_eq!(code(&o), 1, "{out}\n{}", stderr(&o));
     assert!(out.contains("\"type\":\"thread.started\""), "{out}");
     assert!(out.contains("\"type\":\"turn.failed\""), "{out}");
+}
+
+/// Issue 14 point 4: `reaper mcp --sandbox` puts every call in the sandbox. The real codex runs
+/// down its fail-fast path (see `real_codex_works_in_the_sandbox`) behind a wrapper that first
+/// records, from inside the call, its no-new-privileges flag, bounding set and mount namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_sandbox_applies_to_every_call() {
+    if !everyday_ready() {
+        return;
+    }
+    let Some(codex) = codex() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let home = dir.path().join("codex-home");
+    std::fs::create_dir_all(&home).expect("codex home");
+    let probe = dir.path().join("probe");
+    let wrapper = dir.path().join("codex-wrapper");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ngrep -E '^(NoNewPrivs|CapBnd)' /proc/self/status >> '{p}'\n\
+             readlink /proc/self/ns/mnt >> '{p}'\nexec '{codex}' \"$@\"\n",
+            p = probe.display()
+        ),
+    )
+    .expect("write wrapper");
+    std::fs::set_permissions(
+        &wrapper,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .expect("chmod wrapper");
+    let provider = "model_providers.dead={name=\"dead\",base_url=\"http://127.0.0.1:9/v1\",\
+                    request_max_retries=0,stream_max_retries=0}";
+    let s = mcp_support::start(mcp_support::Options {
+        args: &[
+            "--sandbox",
+            "--containment",
+            "cgroup",
+            "--",
+            "--disable",
+            "unbounded_connection_retries",
+            "-c",
+            "model_provider=dead",
+            "-c",
+            provider,
+            "--skip-git-repo-check",
+        ],
+        env: &[
+            ("CODEX_CMD", wrapper.to_str().expect("utf-8 path")),
+            ("CODEX_HOME", home.to_str().expect("utf-8 path")),
+        ],
+    })
+    .await;
+    for _ in 0..2 {
+        let r = s
+            .call(
+                "codex",
+                serde_json::json!({"prompt": "hello", "cd": dir.path()}),
+            )
+            .await;
+        let text = mcp_support::text(&r);
+        assert_eq!(r.is_error, Some(true), "{text}");
+        assert!(text.contains("Connection failed"), "{text}");
+    }
+    let seen = std::fs::read_to_string(&probe).expect("the wrapper ran");
+    let host_mnt = ns_link("mnt").display().to_string();
+    let mut calls = 0;
+    for l in seen.lines() {
+        if let Some(v) = l.strip_prefix("NoNewPrivs:") {
+            assert_eq!(v.trim(), "1", "{seen}");
+            calls += 1;
+        } else if let Some(v) = l.strip_prefix("CapBnd:") {
+            let bnd = u64::from_str_radix(v.trim(), 16).expect("hex");
+            assert_eq!(
+                bnd & (1 << 21),
+                0,
+                "CAP_SYS_ADMIN in the bounding set: {seen}"
+            );
+        } else {
+            assert_ne!(
+                l, host_mnt,
+                "a call in the machine's mount namespace: {seen}"
+            );
+        }
+    }
+    assert_eq!(calls, 2, "{seen}");
 }
