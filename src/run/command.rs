@@ -313,6 +313,15 @@ pub(super) fn spawn(
                 Ok(s) => return Ok(s),
                 Err(clone3::Error::Sandbox(e)) => return Err(refused(e.to_string())),
                 Err(clone3::Error::Failed(e)) => return Err(cmd.explain(e)),
+                // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
+                // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
+                Err(clone3::Error::Unsupported(e))
+                    if plan.as_ref().is_some_and(|p| p.pid_namespace()) =>
+                {
+                    return Err(refused(format!(
+                        "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
+                    )));
+                }
                 Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
                 Err(clone3::Error::CgroupRefused(e)) => {
                     tracing::debug!(
