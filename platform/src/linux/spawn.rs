@@ -168,12 +168,23 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         (None, fd) => fd.map(|f| f.as_raw_fd()),
     });
     let parent = rustix::process::getpid();
+    // In a new PID namespace getppid() says 0 whether reaper lives or not: the child tells
+    // reaper's death from a pidfd of it instead (readable once reaper has exited).
+    let new_pid_ns = spec.sandbox.is_some_and(|s| s.pid_namespace());
+    let parent_fd = if new_pid_ns {
+        Some(
+            rustix::process::pidfd_open(parent, rustix::process::PidfdFlags::empty())
+                .map_err(|e| failed(e.into()))?,
+        )
+    } else {
+        None
+    };
 
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: CLONE_PIDFD
             | CLONE_INTO_CGROUP
-            | if spec.sandbox.is_some_and(|s| s.pid_namespace()) {
+            | if new_pid_ns {
                 libc::CLONE_NEWPID as u64
             } else {
                 0
@@ -206,6 +217,7 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
                     envp: &envp,
                     err_fd: err_write.as_raw_fd(),
                     parent,
+                    parent_fd: parent_fd.as_ref().map(|f| f.as_raw_fd()),
                 },
             )
         }
@@ -290,6 +302,8 @@ struct ChildPlan<'a> {
     envp: &'a [*const libc::c_char],
     err_fd: RawFd,
     parent: Pid,
+    /// With a new PID namespace: a pidfd of reaper, to check its death against.
+    parent_fd: Option<RawFd>,
 }
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
@@ -312,6 +326,7 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         envp,
         err_fd,
         parent,
+        parent_fd,
     } = plan;
     let fail_step = |errno: i32, step: u32| -> ! {
         let e = errno.to_ne_bytes();
@@ -340,14 +355,24 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 fail(errno());
             }
             // The parent may have died before the prctl: then nobody would send the signal.
-            // In a new PID namespace the parent is outside it, and getppid() says 0.
-            let expected = if spec.sandbox.is_some_and(|s| s.pid_namespace()) {
-                0
-            } else {
-                parent.as_raw_nonzero().get()
-            };
-            if libc::getppid() != expected {
-                libc::_exit(1);
+            match parent_fd {
+                // getppid() says 0 across the PID namespace: a pidfd polls readable once its
+                // process has exited.
+                Some(fd) => {
+                    let mut p = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    if libc::poll(&mut p, 1, 0) != 0 {
+                        libc::_exit(1);
+                    }
+                }
+                None => {
+                    if libc::getppid() != parent.as_raw_nonzero().get() {
+                        libc::_exit(1);
+                    }
+                }
             }
         }
         if let Some(plan) = spec.sandbox {
