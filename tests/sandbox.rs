@@ -555,3 +555,56 @@ async fn mcp_sandbox_applies_to_every_call() {
     }
     assert_eq!(calls, 2, "{seen}");
 }
+
+/// Issue 14 point 5: `reaper doctor` says which parts of the sandbox work here: all of them as
+/// root with the cgroup backend; none, with the reason, for a user without a cgroup.
+#[test]
+fn doctor_names_the_parts_of_the_sandbox() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let o = reaper()
+        .args(["doctor", "--json"])
+        .output()
+        .expect("doctor");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
+    let sb = &v["sandbox"];
+    assert_eq!(sb["available"], true, "{sb}");
+    assert_eq!(sb["pid_available"], true, "{sb}");
+    let parts: Vec<(&str, &str)> = sb["parts"]
+        .as_array()
+        .expect("parts")
+        .iter()
+        .map(|p| {
+            (
+                p["part"].as_str().unwrap_or("?"),
+                p["status"].as_str().unwrap_or("?"),
+            )
+        })
+        .collect();
+    for want in [
+        "mount namespace",
+        "cgroup namespace",
+        "read-only cgroup fs",
+        "no new privileges",
+        "capability dropping",
+        "PID namespace",
+    ] {
+        assert!(parts.contains(&(want, "yes")), "{want}: {parts:?}");
+    }
+    assert!(sb["unprivileged_user_namespaces"].is_boolean(), "{sb}");
+
+    if !have(Need::Program("setpriv")) {
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(env!("CARGO_BIN_EXE_reaper"))
+        .args(["doctor", "--json"])
+        .output()
+        .expect("setpriv");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("doctor --json");
+    assert_eq!(v["sandbox"]["available"], false, "{}", v["sandbox"]);
+    let first = v["sandbox"]["parts"][0]["status"].as_str().unwrap_or("");
+    assert!(first.starts_with("no: "), "{}", v["sandbox"]);
+}
