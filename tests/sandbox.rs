@@ -403,20 +403,12 @@ fn cargo_python_node_work_in_the_sandbox() {
     }
 }
 
-/// The real Codex CLI (installed by ci/ for the interop tests).
+/// The real Codex CLI, as a string for argv.
 fn codex() -> Option<String> {
-    let home = std::env::var_os("HOME")?;
-    let p = Path::new(&home).join(".cache/reaper-ci/codex/node_modules/.bin/codex");
-    let p = p.to_str()?.to_owned();
-    let ok = Command::new(&p)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("skipped: the real codex CLI is not at {p}");
+    if !have(Need::Codex) {
         return None;
     }
-    Some(p)
+    common::real_codex().to_str().map(str::to_owned)
 }
 
 /// The real Codex CLI under `--sandbox`: `--version`; `codex exec` down its fail-fast path (a

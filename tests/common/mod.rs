@@ -66,6 +66,18 @@ pub enum Need {
     Root,
     /// A program on `PATH` (or a path) that answers `--version`.
     Program(&'static str),
+    /// The real Codex CLI ([`real_codex`]).
+    Codex,
+}
+
+/// The real Codex CLI: `$REAPER_REAL_CODEX`, else where ci/install-deps.sh puts it.
+pub fn real_codex() -> PathBuf {
+    std::env::var_os("REAPER_REAL_CODEX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/reaper-ci/codex/node_modules/.bin/codex")
+        })
 }
 
 impl Need {
@@ -78,6 +90,7 @@ impl Need {
             Need::Python3 => "python3",
             Need::Root => "root",
             Need::Program(p) => p,
+            Need::Codex => "codex",
         }
     }
 
@@ -101,6 +114,12 @@ impl Need {
                 .status()
                 .is_ok_and(|s| s.success()),
             Need::Root => rustix::process::geteuid().is_root(),
+            Need::Codex => Command::new(real_codex())
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
             Need::Program(p) => Command::new(p)
                 .arg("--version")
                 .stdout(Stdio::null())
@@ -115,6 +134,7 @@ impl Need {
             Need::Python3 => "python3 is not installed",
             Need::Root => "not running as root",
             Need::Program(_) => "the program is not installed (or `--version` fails)",
+            Need::Codex => "the real Codex CLI is not installed (ci/install-deps.sh)",
         })
     }
 }
