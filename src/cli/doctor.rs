@@ -66,7 +66,31 @@ pub struct Report {
     pub limits: Option<String>,
     /// Signs of a container, and what containment they leave.
     pub container: Container,
+    /// Which parts of `--sandbox` this machine allows (Linux).
+    pub sandbox: SandboxReport,
     pub hints: Vec<String>,
+}
+
+/// `--sandbox` here: a leader really started in it, in a run cgroup, as a run would.
+#[derive(Debug, Default, Serialize)]
+pub struct SandboxReport {
+    /// `--sandbox` works.
+    pub available: bool,
+    /// `--sandbox=pid` works.
+    pub pid_available: bool,
+    /// Each part, in the order the leader sets them up: `yes`, `no: WHY`, or `untested` (an
+    /// earlier part failed).
+    pub parts: Vec<SandboxPart>,
+    /// Whether an unprivileged process may create a user namespace (not part of the sandbox:
+    /// inside it the command may still make one, and finds the cgroup file system locked
+    /// read-only there). `None`: unknown.
+    pub unprivileged_user_namespaces: Option<bool>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SandboxPart {
+    pub part: &'static str,
+    pub status: String,
 }
 
 /// What a container changes for reaper (Linux).
@@ -150,6 +174,9 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                             "clone3(CLONE_INTO_CGROUP) {e} (Linux 5.7+, not filtered by seccomp): leaders join through cgroup.procs instead, ~10 ms slower per run"
                         )),
                     }
+                    if r.clone_into_cgroup {
+                        r.sandbox = probe_sandbox(b.dir_fd());
+                    }
                     if let Err(e) = b.release() {
                         r.hints
                             .push(format!("could not remove the test cgroup: {e}"));
@@ -160,6 +187,29 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         }
     }
     container(&mut r);
+    r.sandbox.unprivileged_user_namespaces = unprivileged_userns();
+    if r.sandbox.parts.is_empty() {
+        let why = if r.cgroup_writable {
+            "no: needs clone3(CLONE_INTO_CGROUP) to probe (--sandbox without =pid may still work)"
+        } else {
+            "no: needs the cgroup backend (the cgroup namespace is rooted at the run's cgroup)"
+        };
+        r.sandbox.parts = SANDBOX_PARTS
+            .iter()
+            .map(|&part| SandboxPart {
+                part,
+                status: why.into(),
+            })
+            .collect();
+    }
+    if !r.sandbox.available && rustix::process::geteuid().is_root() {
+        r.hints.push(
+            "--sandbox is impossible here (see `sandbox`): a root command can leave its run's \
+             cgroup with one write to a cgroup.procs, and `reaper run` reports it as an escapee \
+             at best"
+                .into(),
+        );
+    }
     if r.cgroup_writable && r.pidfd {
         r.auto_backend = "cgroup";
         r.why = format!(
@@ -192,6 +242,80 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
     }
     r
+}
+
+/// The parts of the sandbox, in the order a leader sets them up.
+#[cfg(target_os = "linux")]
+const SANDBOX_PARTS: &[&str] = &[
+    "mount namespace",
+    "cgroup namespace",
+    "read-only cgroup fs",
+    "no new privileges",
+    "capability dropping",
+    "PID namespace",
+];
+
+/// Starts a leader in the whole sandbox, then in the sandbox with a PID namespace, and says
+/// which part the kernel refused.
+#[cfg(target_os = "linux")]
+fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
+    use crate::run::command::{probe_sandbox, ProbeError};
+    use reaper_platform::linux::sandbox::Step;
+    let part_of = |s: Step| match s {
+        Step::MountNamespace => 0,
+        Step::CgroupNamespace => 1,
+        Step::PrivateMounts | Step::ReadOnly => 2,
+        Step::NoNewPrivs => 3,
+        Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 4,
+        Step::ProcMount => 5,
+    };
+    let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
+    let mut r = SandboxReport::default();
+    match probe_sandbox(cgroup, false) {
+        Ok(()) => {
+            r.available = true;
+            status[..5].fill("yes".into());
+        }
+        Err(ProbeError::Sandbox(e)) => {
+            let k = part_of(e.step);
+            status[..k].fill("yes".into());
+            status[k] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno));
+        }
+        Err(ProbeError::Other(m)) => status[0] = format!("no: {m}"),
+    }
+    if r.available {
+        match probe_sandbox(cgroup, true) {
+            Ok(()) => {
+                r.pid_available = true;
+                status[5] = "yes".into();
+            }
+            Err(ProbeError::Sandbox(e)) => {
+                status[5] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
+            }
+            // The clone itself (CLONE_NEWPID) was refused.
+            Err(ProbeError::Other(m)) => status[5] = format!("no: {m}"),
+        }
+    }
+    r.parts = SANDBOX_PARTS
+        .iter()
+        .zip(status)
+        .map(|(&part, status)| SandboxPart { part, status })
+        .collect();
+    r
+}
+
+/// `/proc/sys/user/max_user_namespaces` above 0, and (Debian, Ubuntu) the
+/// `kernel/unprivileged_userns_clone` switch on where it exists.
+#[cfg(target_os = "linux")]
+fn unprivileged_userns() -> Option<bool> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let max = read("/proc/sys/user/max_user_namespaces")?;
+    let switch = read("/proc/sys/kernel/unprivileged_userns_clone").unwrap_or(1);
+    Some(max > 0 && switch != 0)
 }
 
 /// Signs of a container, what containment they leave, and what the user can change.
@@ -427,6 +551,35 @@ fn human(r: &Report) -> String {
         },
     );
     line("container", &describe_container(&r.container));
+    line(
+        "sandbox",
+        &format!(
+            "{}; {}",
+            if r.sandbox.pid_available {
+                "--sandbox and --sandbox=pid work"
+            } else if r.sandbox.available {
+                "--sandbox works, --sandbox=pid does not"
+            } else {
+                "--sandbox is impossible here"
+            },
+            r.sandbox
+                .parts
+                .iter()
+                .map(|p| format!("{}: {}", p.part, p.status))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    line(
+        "unprivileged userns",
+        match r.sandbox.unprivileged_user_namespaces {
+            Some(true) => {
+                "yes (a sandboxed command may make one; the cgroup fs stays locked read-only in it)"
+            }
+            Some(false) => "no",
+            None => "unknown",
+        },
+    );
     line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
     if let Some(w) = &r.without_cgroup {
         line("without cgroup", w);

@@ -10,7 +10,7 @@ use super::parse::{self, SigSpec};
 use crate::guardian::Guardian;
 use crate::run::{
     ContainOpts, DelegateMode, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run,
-    StopReason,
+    SandboxMode, StopReason,
 };
 use std::process::ChildStdin;
 use std::sync::Arc;
@@ -144,6 +144,22 @@ pub struct ContainArgs {
 
     #[command(flatten)]
     pub limits: LimitArgs,
+
+    /// Start the command in a sandbox it cannot undo, even as root: its own mount and cgroup
+    /// namespaces (the cgroup namespace rooted at the run's cgroup), the cgroup file system,
+    /// /sys and /proc/sys read-only, no new privileges, and CAP_SYS_ADMIN, CAP_SYS_PTRACE and
+    /// the other capabilities that could undo it dropped. `--sandbox=pid` adds a PID namespace
+    /// with its own /proc (the command is its PID 1). Needs the cgroup backend and root; where a
+    /// part is impossible, reaper exits 125 naming it (`reaper doctor` says what works here).
+    #[arg(
+        long,
+        value_enum,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "on",
+        value_name = "MODE"
+    )]
+    pub sandbox: Option<SandboxMode>,
 }
 
 /// Resource limits (cgroup backend only), as systemd-run's `-p MemoryMax= -p TasksMax=
@@ -208,6 +224,7 @@ impl ContainArgs {
             guardian,
             delegate: self.delegate,
             limits: self.limits.limits(),
+            sandbox: self.sandbox,
         }
     }
 }

@@ -183,6 +183,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
             },
             // timeout(1) has no limits.
             limits: LimitArgs::default(),
+            sandbox: None,
         },
         command: args[i + 1..].to_vec(),
         face: Some(TimeoutFace {

@@ -14,8 +14,25 @@ use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
-use super::Pipes;
+use super::{Pipes, SandboxMode};
 use crate::containment::{Backend, Containment};
+
+/// `--sandbox` could not be set up as asked: the run does not start (exit 125), rather than
+/// start weaker than asked.
+#[derive(Debug)]
+pub struct SandboxRefused(pub String);
+
+impl std::fmt::Display for SandboxRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SandboxRefused {}
+
+fn refused(msg: impl Into<String>) -> std::io::Error {
+    std::io::Error::other(SandboxRefused(msg.into()))
+}
 
 /// Where one of the leader's standard streams goes.
 #[derive(Debug)]
@@ -258,18 +275,53 @@ pub(super) struct Spawned {
 /// Starts `cmd` into `backend`. An `Err` is the spawn's own error (not found, not executable,
 /// too large to exec, could not join the cgroup); nothing is left running then.
 /// `terminal`: the leader makes its new group the terminal's foreground group before exec.
+/// `sandbox`: the leader starts in it (Linux, cgroup backend only; anything else is an error,
+/// never a weaker sandbox).
 pub(super) fn spawn(
     mut cmd: LeaderCommand,
     backend: &Backend,
     terminal: Option<&Foreground>,
+    sandbox: Option<SandboxMode>,
 ) -> std::io::Result<Spawned> {
     let tty = terminal.map(Foreground::raw_fd);
+    #[cfg(not(target_os = "linux"))]
+    if sandbox.is_some() {
+        return Err(refused(
+            "--sandbox needs Linux (mount, cgroup and PID namespaces, capabilities)",
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    let plan = match sandbox {
+        None => None,
+        Some(mode) => {
+            if backend.clone_into_cgroup().is_none() {
+                return Err(refused(format!(
+                    "--sandbox needs the cgroup backend (its cgroup namespace is rooted at the \
+                     run's cgroup); this run has the {} backend: run `reaper doctor`",
+                    backend.kind().as_str()
+                )));
+            }
+            let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == SandboxMode::Pid)
+                .map_err(|e| refused(format!("--sandbox: cannot prepare the sandbox: {e}")))?;
+            Some(plan)
+        }
+    };
     #[cfg(target_os = "linux")]
     if let Some(dir) = backend.clone_into_cgroup() {
         if clone3::usable() {
-            match clone3::spawn(&cmd, dir, tty) {
+            match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
                 Ok(s) => return Ok(s),
+                Err(clone3::Error::Sandbox(e)) => return Err(refused(e.to_string())),
                 Err(clone3::Error::Failed(e)) => return Err(cmd.explain(e)),
+                // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
+                // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
+                Err(clone3::Error::Unsupported(e))
+                    if plan.as_ref().is_some_and(|p| p.pid_namespace()) =>
+                {
+                    return Err(refused(format!(
+                        "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
+                    )));
+                }
                 Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
                 Err(clone3::Error::CgroupRefused(e)) => {
                     tracing::debug!(
@@ -279,6 +331,16 @@ pub(super) fn spawn(
             }
         }
     }
+    #[cfg(target_os = "linux")]
+    if plan.as_ref().is_some_and(|p| p.pid_namespace()) {
+        return Err(refused(
+            "--sandbox=pid needs clone3(CLONE_INTO_CGROUP), which this kernel refused \
+             (REAPER_CLONE3=0, or a seccomp filter); --sandbox without =pid works without it",
+        ));
+    }
+    #[cfg(target_os = "linux")]
+    return spawn_std(&mut cmd, backend, tty, plan).map_err(|e| cmd.explain(e));
+    #[cfg(not(target_os = "linux"))]
     spawn_std(&mut cmd, backend, tty).map_err(|e| cmd.explain(e))
 }
 
@@ -286,18 +348,47 @@ pub(super) fn spawn(
 /// there (output discarded) and waits for it. For `reaper doctor`.
 #[cfg(target_os = "linux")]
 pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
+    probe(cgroup, None).map_err(|e| match e {
+        ProbeError::Sandbox(e) => e.to_string(),
+        ProbeError::Other(m) => m,
+    })
+}
+
+/// Why a probe failed: the sandbox step the kernel refused, or anything else.
+#[cfg(target_os = "linux")]
+pub enum ProbeError {
+    Sandbox(reaper_platform::linux::sandbox::StepError),
+    Other(String),
+}
+
+/// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
+/// [`probe_clone3`], with the sandbox. For `reaper doctor`.
+#[cfg(target_os = "linux")]
+pub fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, pid: bool) -> Result<(), ProbeError> {
+    let plan = reaper_platform::linux::sandbox::SandboxPlan::new(pid)
+        .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
+    probe(cgroup, Some(&plan))
+}
+
+#[cfg(target_os = "linux")]
+fn probe(
+    cgroup: std::os::fd::BorrowedFd<'_>,
+    sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
+) -> Result<(), ProbeError> {
+    let other = ProbeError::Other;
     let mut cmd = LeaderCommand::new("/proc/self/exe");
     cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
     // Under the reaping lock: the probe is waited for here (see reap.rs).
     let _reaping = reaper_platform::reap::hold();
-    let spawned = match clone3::spawn(&cmd, cgroup, None) {
+    let spawned = match clone3::spawn(&cmd, cgroup, None, sandbox) {
         Ok(s) => s,
         Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
-            return Err(format!("refused: {e}"))
+            return Err(other(format!("refused: {e}")))
         }
-        Err(clone3::Error::Failed(e)) => return Err(e.to_string()),
+        Err(clone3::Error::Sandbox(e)) => return Err(ProbeError::Sandbox(e)),
+        Err(clone3::Error::Failed(e)) => return Err(other(e.to_string())),
     };
-    let pidfd = spawned.handle.map_err(|e| e.to_string())?;
+    let pidfd = spawned.handle.map_err(|e| other(e.to_string()))?;
     // `reaper --version` exits by itself; the kill only matters if it hangs.
     let exited = rustix::event::poll(
         &mut [rustix::event::PollFd::new(
@@ -312,7 +403,7 @@ pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
     reaper_platform::linux::spawn::kill_and_reap(&pidfd);
     match exited {
         Ok(1) => Ok(()),
-        _ => Err("the probe did not exit within 5 s".into()),
+        _ => Err(other("the probe did not exit within 5 s".into())),
     }
 }
 
@@ -320,6 +411,7 @@ fn spawn_std(
     cmd: &mut LeaderCommand,
     backend: &Backend,
     tty: Option<std::os::fd::RawFd>,
+    #[cfg(target_os = "linux")] sandbox: Option<reaper_platform::linux::sandbox::SandboxPlan>,
 ) -> std::io::Result<Spawned> {
     let mut cmd = cmd.take_std();
     backend.prepare(&mut cmd);
@@ -355,7 +447,60 @@ fn spawn_std(
             });
         }
     }
-    let mut child = cmd.spawn()?;
+    // After the backend's pre_exec (registered first, so run first): the leader is in its
+    // cgroup when the sandbox's cgroup namespace is created. The failed step comes back through
+    // a pipe of its own (std carries only the errno).
+    #[cfg(target_os = "linux")]
+    let step_pipe = match sandbox {
+        None => None,
+        Some(plan) => {
+            use std::os::fd::AsRawFd;
+            use std::os::unix::process::CommandExt;
+            let (r, w) = rustix::pipe::pipe_with(
+                rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
+            )?;
+            let wfd = w.as_raw_fd();
+            // SAFETY: `apply` makes system calls only (its contract); `write` of a local array
+            // and `from_raw_os_error` allocate nothing.
+            unsafe {
+                cmd.pre_exec(move || match plan.apply() {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let b = (e.step as u32).to_ne_bytes();
+                        libc::write(wfd, b.as_ptr().cast(), b.len());
+                        Err(std::io::Error::from_raw_os_error(e.errno))
+                    }
+                });
+            }
+            Some((r, w))
+        }
+    };
+    #[cfg(target_os = "linux")]
+    let spawn_result = cmd.spawn().map_err(|e| match step_pipe {
+        None => e,
+        Some((r, w)) => {
+            drop(w);
+            let mut b = [0u8; 4];
+            match rustix::io::read(&r, &mut b) {
+                Ok(4) => {
+                    match reaper_platform::linux::sandbox::Step::from_raw(u32::from_ne_bytes(b)) {
+                        Some(step) => refused(
+                            reaper_platform::linux::sandbox::StepError {
+                                step,
+                                errno: e.raw_os_error().unwrap_or(libc::EIO),
+                            }
+                            .to_string(),
+                        ),
+                        None => e,
+                    }
+                }
+                _ => e,
+            }
+        }
+    });
+    #[cfg(not(target_os = "linux"))]
+    let spawn_result = cmd.spawn();
+    let mut child = spawn_result?;
     let pipes = Pipes {
         stdin: child.stdin.take(),
         stdout: child.stdout.take(),
@@ -384,6 +529,7 @@ mod clone3 {
     use super::*;
 
     pub enum Error {
+        Sandbox(reaper_platform::linux::sandbox::StepError),
         Unsupported(std::io::Error),
         CgroupRefused(std::io::Error),
         Failed(std::io::Error),
@@ -406,6 +552,7 @@ mod clone3 {
         cmd: &LeaderCommand,
         cgroup: BorrowedFd<'_>,
         tty: Option<std::os::fd::RawFd>,
+        sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
     ) -> Result<Spawned, Error> {
         let failed = Error::Failed;
         let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
@@ -475,12 +622,14 @@ mod clone3 {
             foreground_tty: tty,
             parent_death_signal: Some(reaper_platform::Signal::KILL),
             cgroup,
+            sandbox,
         };
         let pidfd = match spawn::spawn_into_cgroup(&spec) {
             Ok(p) => p,
             Err(SpawnError::Unsupported(e)) => return Err(Error::Unsupported(e)),
             Err(SpawnError::CgroupRefused(e)) => return Err(Error::CgroupRefused(e)),
             Err(SpawnError::Failed(e)) => return Err(Error::Failed(e)),
+            Err(SpawnError::Sandbox(e)) => return Err(Error::Sandbox(e)),
         };
         let [i, o, e] = ours;
         Ok(Spawned {

@@ -61,6 +61,17 @@ pub struct ContainOpts {
     pub delegate: DelegateMode,
     /// Resource limits (cgroup backend only: anything else refuses them).
     pub limits: containment::limits::Limits,
+    /// `--sandbox`: the leader starts in a sandbox it cannot undo (see command.rs).
+    pub sandbox: Option<SandboxMode>,
+}
+
+/// `--sandbox[=pid]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxMode {
+    /// Mount and cgroup namespaces, a read-only cgroup file system, capabilities dropped.
+    On,
+    /// The same, and a PID namespace with its own /proc, the leader its PID 1.
+    Pid,
 }
 
 /// `--delegate` (see `containment::delegate`); only Linux has systemd.
@@ -429,7 +440,7 @@ impl Run {
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
         let reaping = reap::hold();
-        let spawned = match command::spawn(cmd, &backend, terminal.as_ref()) {
+        let spawned = match command::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
             Ok(s) => s,
             Err(e) => {
                 drop(reaping);
@@ -889,6 +900,12 @@ impl Drop for Run {
 fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
     use rustix::io::Errno;
     let errno = e.raw_os_error().map(Errno::from_raw_os_error);
+    if let Some(r) = e
+        .get_ref()
+        .and_then(|r| r.downcast_ref::<command::SandboxRefused>())
+    {
+        return StartError::Reaper(r.0.clone());
+    }
     #[cfg(target_os = "linux")]
     if e.raw_os_error() == Some(containment::cgroup::JOIN_FAILED_ERRNO) {
         return StartError::Reaper(format!(

@@ -16,6 +16,7 @@ async fn start_with(
         guardian: None,
         delegate: crate::run::DelegateMode::Never,
         limits: Default::default(),
+        sandbox: None,
     };
     let mut cmd = LeaderCommand::new(argv[0]);
     cmd.args(&argv[1..])

@@ -62,6 +62,22 @@ pub enum Need {
     Script,
     /// `python3`, for hostile clients and parents written in Python.
     Python3,
+    /// Running as root (the escapes a sandbox must stop are root's).
+    Root,
+    /// A program on `PATH` (or a path) that answers `--version`.
+    Program(&'static str),
+    /// The real Codex CLI ([`real_codex`]).
+    Codex,
+}
+
+/// The real Codex CLI: `$REAPER_REAL_CODEX`, else where ci/install-deps.sh puts it.
+pub fn real_codex() -> PathBuf {
+    std::env::var_os("REAPER_REAL_CODEX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/reaper-ci/codex/node_modules/.bin/codex")
+        })
 }
 
 impl Need {
@@ -72,6 +88,9 @@ impl Need {
             Need::PidNamespace => "pidns",
             Need::Script => "script",
             Need::Python3 => "python3",
+            Need::Root => "root",
+            Need::Program(p) => p,
+            Need::Codex => "codex",
         }
     }
 
@@ -94,12 +113,28 @@ impl Need {
                 .stdout(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Need::Root => rustix::process::geteuid().is_root(),
+            Need::Codex => Command::new(real_codex())
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
+            Need::Program(p) => Command::new(p)
+                .arg("--version")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success()),
         };
         ok.then_some(()).ok_or(match self {
             Need::Cgroup => "the cgroup backend is not usable here (see `reaper doctor`)",
             Need::PidNamespace => "cannot make a PID namespace here (`unshare --pid` needs root)",
             Need::Script => "util-linux `script` is not installed",
             Need::Python3 => "python3 is not installed",
+            Need::Root => "not running as root",
+            Need::Program(_) => "the program is not installed (or `--version` fails)",
+            Need::Codex => "the real Codex CLI is not installed (ci/install-deps.sh)",
         })
     }
 }

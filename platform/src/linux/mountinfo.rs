@@ -44,6 +44,21 @@ pub fn has_cgroup_v1(mountinfo: &str) -> bool {
     })
 }
 
+/// The mount points of every cgroup file system (v1 `cgroup` and `cgroup2`), in mountinfo order.
+pub fn cgroup_mount_points(mountinfo: &str) -> Vec<PathBuf> {
+    mountinfo
+        .lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let fstype = post.split(' ').next()?;
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                return None;
+            }
+            Some(PathBuf::from(unescape(pre.split(' ').nth(4)?)))
+        })
+        .collect()
+}
+
 /// The unified-hierarchy path of a process from its `/proc/PID/cgroup` text: the `0::PATH` line.
 /// `None` when there is no such line (a v1-only host).
 pub fn unified_cgroup_path(proc_cgroup: &str) -> Option<String> {
@@ -134,6 +149,20 @@ mod tests {
     fn v1_presence_tells_hybrid_from_pure_v2() {
         assert!(has_cgroup_v1(HYBRID));
         assert!(!has_cgroup_v1(PURE_V2));
+    }
+
+    #[test]
+    fn every_cgroup_mount_point_v1_and_v2() {
+        let p = |s: &str| PathBuf::from(s);
+        assert_eq!(
+            cgroup_mount_points(HYBRID),
+            [
+                p("/sys/fs/cgroup/memory"),
+                p("/sys/fs/cgroup/systemd"),
+                p("/sys/fs/cgroup/unified")
+            ]
+        );
+        assert_eq!(cgroup_mount_points(PURE_V2), [p("/sys/fs/cgroup")]);
     }
 
     #[test]

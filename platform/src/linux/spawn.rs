@@ -25,6 +25,7 @@ use std::path::Path;
 use rustix::process::Pid;
 
 use super::pidfd::Pidfd;
+use super::sandbox::{SandboxPlan, Step, StepError};
 
 /// What a child is started with. Every string is a C string already: the child cannot allocate.
 pub struct SpawnSpec<'a> {
@@ -45,6 +46,9 @@ pub struct SpawnSpec<'a> {
     pub parent_death_signal: Option<rustix::process::Signal>,
     /// An fd of the cgroup's directory (`O_RDONLY` or `O_PATH`).
     pub cgroup: BorrowedFd<'a>,
+    /// `--sandbox`: applied in the child once it is in the cgroup, before anything else; with
+    /// its PID namespace, the clone has `CLONE_NEWPID` and the child is PID 1 of it.
+    pub sandbox: Option<&'a SandboxPlan>,
 }
 
 #[derive(Debug)]
@@ -54,6 +58,8 @@ pub enum SpawnError {
     /// The kernel would not create a child in this cgroup (EACCES, EBUSY, ENOENT, …): the
     /// portable way in may still work, and names the problem if it does not.
     CgroupRefused(std::io::Error),
+    /// The child could not enter its sandbox: nothing ran.
+    Sandbox(StepError),
     /// The child was created but could not exec (its errno: ENOENT, EACCES, …), or the clone
     /// itself failed for a reason a fallback would meet too (EAGAIN, ENOMEM).
     Failed(std::io::Error),
@@ -162,10 +168,27 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         (None, fd) => fd.map(|f| f.as_raw_fd()),
     });
     let parent = rustix::process::getpid();
+    // In a new PID namespace getppid() says 0 whether reaper lives or not: the child tells
+    // reaper's death from a pidfd of it instead (readable once reaper has exited).
+    let new_pid_ns = spec.sandbox.is_some_and(|s| s.pid_namespace());
+    let parent_fd = if new_pid_ns {
+        Some(
+            rustix::process::pidfd_open(parent, rustix::process::PidfdFlags::empty())
+                .map_err(|e| failed(e.into()))?,
+        )
+    } else {
+        None
+    };
 
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
-        flags: CLONE_PIDFD | CLONE_INTO_CGROUP,
+        flags: CLONE_PIDFD
+            | CLONE_INTO_CGROUP
+            | if new_pid_ns {
+                libc::CLONE_NEWPID as u64
+            } else {
+                0
+            },
         pidfd: &mut pidfd as *mut RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
         cgroup: spec.cgroup.as_raw_fd() as u64,
@@ -194,6 +217,7 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
                     envp: &envp,
                     err_fd: err_write.as_raw_fd(),
                     parent,
+                    parent_fd: parent_fd.as_ref().map(|f| f.as_raw_fd()),
                 },
             )
         }
@@ -214,8 +238,9 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     let handle = Pidfd::from_parts(pidfd, pid);
     drop(err_write);
 
-    // EOF: the exec happened (the pipe was close-on-exec). Four bytes: the child's errno.
-    let mut buf = [0u8; 4];
+    // EOF: the exec happened (the pipe was close-on-exec). Eight bytes: the child's errno, and
+    // the sandbox step that failed (0: not the sandbox).
+    let mut buf = [0u8; 8];
     let mut got = 0;
     while got < buf.len() {
         match rustix::io::read(&err_read, &mut buf[got..]) {
@@ -234,12 +259,14 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     }
     // The child failed before exec and is exiting: reap it here, so its status goes nowhere.
     kill_and_reap(&handle);
-    let errno = if got == buf.len() {
-        i32::from_ne_bytes(buf)
-    } else {
-        libc::EIO
-    };
-    Err(failed(std::io::Error::from_raw_os_error(errno)))
+    if got < buf.len() {
+        return Err(failed(std::io::Error::from_raw_os_error(libc::EIO)));
+    }
+    let errno = i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    match Step::from_raw(u32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]])) {
+        Some(step) => Err(SpawnError::Sandbox(StepError { step, errno })),
+        None => Err(failed(std::io::Error::from_raw_os_error(errno))),
+    }
 }
 
 /// SIGKILL (harmless if it is already exiting) and wait for it, through its pidfd: a child
@@ -275,6 +302,8 @@ struct ChildPlan<'a> {
     envp: &'a [*const libc::c_char],
     err_fd: RawFd,
     parent: Pid,
+    /// With a new PID namespace: a pidfd of reaper, to check its death against.
+    parent_fd: Option<RawFd>,
 }
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
@@ -297,16 +326,20 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         envp,
         err_fd,
         parent,
+        parent_fd,
     } = plan;
-    let fail = |errno: i32| -> ! {
-        let bytes = errno.to_ne_bytes();
-        // SAFETY: `write` reads 4 bytes of a local array; `_exit` ends the child without
+    let fail_step = |errno: i32, step: u32| -> ! {
+        let e = errno.to_ne_bytes();
+        let s = step.to_ne_bytes();
+        let bytes = [e[0], e[1], e[2], e[3], s[0], s[1], s[2], s[3]];
+        // SAFETY: `write` reads 8 bytes of a local array; `_exit` ends the child without
         // running atexit handlers or destructors that belong to the parent's state.
         unsafe {
             libc::write(err_fd, bytes.as_ptr().cast(), bytes.len());
             libc::_exit(127)
         }
     };
+    let fail = |errno: i32| -> ! { fail_step(errno, 0) };
     let errno = || {
         std::io::Error::last_os_error()
             .raw_os_error()
@@ -322,8 +355,30 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 fail(errno());
             }
             // The parent may have died before the prctl: then nobody would send the signal.
-            if libc::getppid() != parent.as_raw_nonzero().get() {
-                libc::_exit(1);
+            match parent_fd {
+                // getppid() says 0 across the PID namespace: a pidfd polls readable once its
+                // process has exited.
+                Some(fd) => {
+                    let mut p = libc::pollfd {
+                        fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    };
+                    if libc::poll(&mut p, 1, 0) != 0 {
+                        libc::_exit(1);
+                    }
+                }
+                None => {
+                    if libc::getppid() != parent.as_raw_nonzero().get() {
+                        libc::_exit(1);
+                    }
+                }
+            }
+        }
+        if let Some(plan) = spec.sandbox {
+            // SAFETY: in the child after the clone, which is already in its cgroup.
+            if let Err(e) = plan.apply() {
+                fail_step(e.errno, e.step as u32);
             }
         }
         if spec.new_process_group {

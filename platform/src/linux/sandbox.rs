@@ -1,0 +1,369 @@
+//! The sandbox a leader starts in (`--sandbox`), so that even as root it cannot leave its cgroup:
+//!
+//! - a mount namespace of its own, with every cgroup file system, `/sys` and `/proc/sys`
+//!   read-only. A user namespace the command creates later copies these mounts *locked*
+//!   (`MNT_LOCKED`, `MNT_LOCK_READONLY`: mounts inherited by a less privileged mount namespace),
+//!   so not even a "root" of its own user namespace can remount them writable. `/proc/sys`
+//!   because `kernel/core_pattern` and `kernel/modprobe` make the kernel start a program of the
+//!   writer's choice outside every cgroup;
+//! - a cgroup namespace rooted at the run's cgroup (the leader is already in it when this runs),
+//!   so no `cgroup.procs` outside the run is visible, and the kernel refuses a move to or from a
+//!   cgroup outside the namespace's root even through a file opened elsewhere (ENOENT);
+//! - optionally a PID namespace (the clone flag is the caller's) with its own `/proc`;
+//! - `PR_SET_NO_NEW_PRIVS`, and [`DROPPED`] removed from the bounding, ambient, inheritable,
+//!   permitted and effective sets, so the command cannot undo any of the above: no `mount`,
+//!   `umount`, `setns` (both need `CAP_SYS_ADMIN`), no `ptrace` of a process outside, no module.
+//!
+//! [`SandboxPlan::new`] computes everything before the clone (it reads `/proc` and allocates);
+//! [`SandboxPlan::apply`] runs in the child between clone and exec and only makes system calls on
+//! that prepared data (see `spawn.rs`: the child of a multi-threaded parent must not allocate).
+//! The `caps` crate names the capabilities and reads which ones this kernel knows; its
+//! set-manipulating functions build hash sets (they allocate), so the child uses `prctl` and
+//! `capset` directly on masks computed here.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use caps::Capability;
+
+/// What the sandbox takes away, and why each one:
+/// - `SYS_ADMIN`: `mount`/`umount`/remount, `setns`, `unshare` of mount and cgroup namespaces,
+///   a fresh cgroup2 mount — every way to undo the mount and cgroup namespaces;
+/// - `SYS_PTRACE`: attaching to (or `process_vm_writev` into) a root process outside the run and
+///   making it do the move, and `/proc/PID/root` of such a process (its mount namespace, where
+///   the cgroup file system is writable);
+/// - `DAC_READ_SEARCH`: `open_by_handle_at` opens files by handle, past the mount namespace;
+/// - `SYS_MODULE`, `SYS_RAWIO`, `BPF`, `PERFMON`: kernel code, kernel memory, and BPF programs
+///   that write user memory — any of them can do anything;
+/// - `SYS_BOOT`: `kexec_load` replaces the kernel the containment lives in.
+///
+/// Not dropped: what root's everyday work needs (`DAC_OVERRIDE`, `CHOWN`, `FOWNER`, `KILL`,
+/// `NET_ADMIN`, `NET_BIND_SERVICE`, `SETUID`/`SETGID`, …): none of them moves a process
+/// between cgroups or leaves a namespace.
+pub const DROPPED: &[Capability] = &[
+    Capability::CAP_SYS_ADMIN,
+    Capability::CAP_SYS_PTRACE,
+    Capability::CAP_DAC_READ_SEARCH,
+    Capability::CAP_SYS_MODULE,
+    Capability::CAP_SYS_RAWIO,
+    Capability::CAP_BPF,
+    Capability::CAP_PERFMON,
+    Capability::CAP_SYS_BOOT,
+];
+
+/// One step of [`SandboxPlan::apply`], named in the error when the kernel refuses it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Step {
+    MountNamespace = 1,
+    CgroupNamespace,
+    PrivateMounts,
+    ProcMount,
+    ReadOnly,
+    NoNewPrivs,
+    CapabilityBounding,
+    CapabilityAmbient,
+    Capabilities,
+}
+
+impl Step {
+    /// What the step is, for "--sandbox: cannot …".
+    pub fn describe(self) -> &'static str {
+        match self {
+            Step::MountNamespace => "create a mount namespace (unshare CLONE_NEWNS)",
+            Step::CgroupNamespace => "create a cgroup namespace (unshare CLONE_NEWCGROUP)",
+            Step::PrivateMounts => "make the mounts private to the sandbox (MS_REC|MS_SLAVE)",
+            Step::ProcMount => "mount /proc for the PID namespace",
+            Step::ReadOnly => "make the cgroup file system, /sys and /proc/sys read-only",
+            Step::NoNewPrivs => "set PR_SET_NO_NEW_PRIVS",
+            Step::CapabilityBounding => "drop capabilities from the bounding set",
+            Step::CapabilityAmbient => "clear the ambient capabilities",
+            Step::Capabilities => "drop capabilities (capset)",
+        }
+    }
+
+    pub fn from_raw(n: u32) -> Option<Step> {
+        use Step::*;
+        [
+            MountNamespace,
+            CgroupNamespace,
+            PrivateMounts,
+            ProcMount,
+            ReadOnly,
+            NoNewPrivs,
+            CapabilityBounding,
+            CapabilityAmbient,
+            Capabilities,
+        ]
+        .into_iter()
+        .find(|s| *s as u32 == n)
+    }
+}
+
+/// A step the kernel refused, and its errno.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepError {
+    pub step: Step,
+    pub errno: i32,
+}
+
+impl std::fmt::Display for StepError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "--sandbox: cannot {}: {}",
+            self.step.describe(),
+            std::io::Error::from_raw_os_error(self.errno)
+        )
+    }
+}
+
+impl std::error::Error for StepError {}
+
+/// Everything the child needs, computed before the clone.
+#[derive(Debug)]
+pub struct SandboxPlan {
+    /// Mount points made read-only with everything under them.
+    read_only: Vec<CString>,
+    /// Directories that are no mount points (`/proc/sys`): bind-mounted onto themselves first.
+    bind_read_only: Vec<CString>,
+    /// The child is PID 1 of a new PID namespace: mount a `/proc` that shows it.
+    pid_namespace: bool,
+    /// Indices of [`DROPPED`] this kernel knows (PR_CAPBSET_DROP says EINVAL for the others).
+    drop_indices: Vec<u8>,
+    /// The same as a mask of the 64-bit capability sets.
+    drop_mask: u64,
+}
+
+/// include/uapi/linux/mount.h, fcntl.h.
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+/// include/uapi/linux/capability.h.
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn c(p: &Path) -> std::io::Result<CString> {
+    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
+        std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("a NUL byte in {}", p.display()),
+        )
+    })
+}
+
+impl SandboxPlan {
+    /// The plan for this machine: `/sys` and every cgroup mount (read from
+    /// `/proc/self/mountinfo`), `/proc/sys`; `pid_namespace` when the caller clones the child
+    /// with `CLONE_NEWPID`.
+    pub fn new(pid_namespace: bool) -> std::io::Result<SandboxPlan> {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let mut ro: Vec<PathBuf> = Vec::new();
+        if Path::new("/sys").is_dir() {
+            ro.push("/sys".into());
+        }
+        // Covered by `/sys` (recursive) when under it; elsewhere (a container may mount cgroup2
+        // anywhere) on their own.
+        for m in super::mountinfo::cgroup_mount_points(&mountinfo) {
+            if !m.starts_with("/sys") && !ro.contains(&m) {
+                ro.push(m);
+            }
+        }
+        let known = caps::runtime::thread_all_supported();
+        let drop: Vec<Capability> = DROPPED
+            .iter()
+            .copied()
+            .filter(|c| known.contains(c))
+            .collect();
+        Ok(SandboxPlan {
+            read_only: ro.iter().map(|p| c(p)).collect::<Result<_, _>>()?,
+            bind_read_only: vec![c(Path::new("/proc/sys"))?],
+            pid_namespace,
+            drop_indices: drop.iter().map(|c| c.index()).collect(),
+            drop_mask: drop.iter().fold(0, |m, c| m | c.bitmask()),
+        })
+    }
+
+    pub fn pid_namespace(&self) -> bool {
+        self.pid_namespace
+    }
+
+    /// Puts the calling process into the sandbox: call it in the child after the clone (and after
+    /// it is in the run's cgroup), before exec.
+    ///
+    /// # Safety
+    ///
+    /// Only in a freshly cloned (or forked) child, which it changes for good. It makes system
+    /// calls on data of `self` and the stack only: no allocation, no lock, so it is safe
+    /// between clone and exec of a multi-threaded parent.
+    pub unsafe fn apply(&self) -> Result<(), StepError> {
+        let fail = |step: Step| StepError {
+            step,
+            errno: std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO),
+        };
+        // SAFETY: system calls on C strings and plain structs built before the clone (or on the
+        // stack here); see `# Safety`.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(fail(Step::MountNamespace));
+            }
+            // The child is in the run's cgroup already (CLONE_INTO_CGROUP, or the backend's
+            // pre_exec that ran before this): the new cgroup namespace is rooted there.
+            if libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
+                return Err(fail(Step::CgroupNamespace));
+            }
+            // Slave, not private: the host's later mounts still show here, nothing of ours
+            // (the new /proc) shows there.
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_SLAVE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(fail(Step::PrivateMounts));
+            }
+            if self.pid_namespace
+                && libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+                    std::ptr::null(),
+                ) != 0
+            {
+                return Err(fail(Step::ProcMount));
+            }
+            for dir in &self.bind_read_only {
+                if libc::mount(
+                    dir.as_ptr(),
+                    dir.as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_BIND | libc::MS_REC,
+                    std::ptr::null(),
+                ) != 0
+                {
+                    return Err(fail(Step::ReadOnly));
+                }
+            }
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            for dir in self.read_only.iter().chain(&self.bind_read_only) {
+                // mount_setattr(2) (Linux 5.12): one call for a whole tree of mounts.
+                if libc::syscall(
+                    libc::SYS_mount_setattr,
+                    libc::AT_FDCWD,
+                    dir.as_ptr(),
+                    AT_RECURSIVE,
+                    &attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                ) != 0
+                {
+                    return Err(fail(Step::ReadOnly));
+                }
+            }
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(fail(Step::NoNewPrivs));
+            }
+            for &cap in &self.drop_indices {
+                if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                    return Err(fail(Step::CapabilityBounding));
+                }
+            }
+            if libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(fail(Step::CapabilityAmbient));
+            }
+            let mut header = CapHeader {
+                version: LINUX_CAPABILITY_VERSION_3,
+                pid: 0,
+            };
+            let mut data = [CapData::default(); 2];
+            if libc::syscall(
+                libc::SYS_capget,
+                &mut header as *mut CapHeader,
+                data.as_mut_ptr(),
+            ) != 0
+            {
+                return Err(fail(Step::Capabilities));
+            }
+            let keep = !self.drop_mask;
+            for (i, d) in data.iter_mut().enumerate() {
+                let k = (keep >> (32 * i)) as u32;
+                d.effective &= k;
+                d.permitted &= k;
+                d.inheritable &= k;
+            }
+            if libc::syscall(
+                libc::SYS_capset,
+                &mut header as *mut CapHeader,
+                data.as_ptr(),
+            ) != 0
+            {
+                return Err(fail(Step::Capabilities));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_round_trip_through_their_number() {
+        for n in 0..20 {
+            if let Some(s) = Step::from_raw(n) {
+                assert_eq!(s as u32, n);
+            }
+        }
+        assert_eq!(Step::from_raw(1), Some(Step::MountNamespace));
+        assert_eq!(Step::from_raw(9), Some(Step::Capabilities));
+        assert_eq!(Step::from_raw(0), None);
+    }
+
+    #[test]
+    fn the_mask_holds_sys_admin() {
+        let plan = SandboxPlan::new(false).unwrap();
+        assert_ne!(plan.drop_mask & Capability::CAP_SYS_ADMIN.bitmask(), 0);
+        assert!(plan
+            .read_only
+            .iter()
+            .any(|p| p.as_bytes() == b"/sys" || !Path::new("/sys").is_dir()));
+    }
+}
