@@ -512,6 +512,22 @@ impl Run {
             )
     }
 
+    /// Passes `sig` on, as an init does: to the leader alone, or to every member with
+    /// `to_tree`. Not a stop: the run goes on, nothing is counted as stopped, and no SIGCONT
+    /// follows. Returns how many processes it reached.
+    pub fn forward(&self, sig: Signal, to_tree: bool) -> usize {
+        let n = if to_tree {
+            self.backend.signal_all(sig).len()
+        } else {
+            usize::from(self.signal_leader(sig))
+        };
+        self.sink.emit(Event::Forwarded {
+            signal: signal::name(sig),
+            n,
+        });
+        n
+    }
+
     /// Lets the tree run on its own until it is empty or `linger` has passed.
     pub async fn linger(&mut self, linger: Duration) -> bool {
         self.backend.wait_empty(Instant::now() + linger).await
