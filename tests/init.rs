@@ -35,8 +35,16 @@ struct Pid1 {
 impl Pid1 {
     /// `unshare … -- PROGRAM ARGS…` (PROGRAM: reaper, or tini for the negative control).
     fn start(program: &str, args: &[&str], env: &[(&str, &Path)]) -> Pid1 {
+        Self::start_with(&["--mount-proc"], program, args, env)
+    }
+
+    /// The same with other unshare options than `--mount-proc` (none: /proc stays the parent
+    /// namespace's).
+    fn start_with(opts: &[&str], program: &str, args: &[&str], env: &[(&str, &Path)]) -> Pid1 {
         let mut c = Command::new("unshare");
-        c.args(["--pid", "--fork", "--mount-proc", "--", program])
+        c.args(["--pid", "--fork"])
+            .args(opts)
+            .args(["--", program])
             .args(args)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -445,4 +453,74 @@ fn pid1_exits_with_the_leaders_status() {
         let (c, err) = p.wait(Duration::from_secs(30));
         assert_eq!(c, code, "{sig:?}: {err}");
     }
+}
+
+/// PID 1 of a namespace whose /proc is still the parent's (`unshare --pid --fork` without
+/// `--mount-proc`): cgroup.procs gives pids of reaper's namespace, /proc/PID names the parent
+/// namespace's processes. The first SIGTERM must still reach the whole tree (it reached none:
+/// "signalled n=0", and cgroup.kill after the grace SIGKILLed all three), so all three exit
+/// by their traps.
+#[test]
+fn under_a_foreign_proc_the_first_sigterm_still_reaches_the_tree() {
+    if !have(Need::PidNamespace) || !have(Need::Cgroup) {
+        return;
+    }
+    let t = Tree::new();
+    let out = t.dir.path().join("out");
+    let mut p = Pid1::start_with(
+        &[],
+        reaper_bin(),
+        &["run", "--containment", "cgroup", "--", "sh", "-c", APP],
+        &[("OUT", &out)],
+    );
+    assert!(
+        wait_until(Duration::from_secs(20), || app_ready(&out)),
+        "the app never got ready: {:?}",
+        lines(&out)
+    );
+    p.signal(Signal::TERM);
+    let (code, err) = p.wait(Duration::from_secs(30));
+    for name in ["main", "child", "grandchild"] {
+        assert!(
+            has_line(&out, &format!("graceful {name}")),
+            "{name} did not exit by its trap: {:?}; {err}",
+            lines(&out)
+        );
+    }
+    assert_eq!(code, 0, "{err}");
+}
+
+/// The subreaper backend finds the tree by walking /proc from reaper's pid: under a foreign
+/// /proc, PID 1's "descendants" were the parent namespace's whole tree (reported as dozens of
+/// survivors, each a pidfd_open away from a process of this namespace that shares its
+/// number). It refuses to start there, says why and what to do, and runs nothing.
+#[test]
+fn under_a_foreign_proc_the_subreaper_backend_refuses() {
+    if !have(Need::PidNamespace) {
+        return;
+    }
+    let t = Tree::new();
+    let out = t.dir.path().join("out");
+    let p = Pid1::start_with(
+        &[],
+        reaper_bin(),
+        &[
+            "run",
+            "--containment",
+            "subreaper",
+            "--",
+            "sh",
+            "-c",
+            r#"echo ran > "$OUT""#,
+        ],
+        &[("OUT", &out)],
+    );
+    let (code, err) = p.wait(Duration::from_secs(30));
+    assert_eq!(code, 125, "{err}");
+    assert!(
+        err.contains("/proc shows another PID namespace than reaper's")
+            && err.contains("--mount-proc"),
+        "{err}"
+    );
+    assert!(!out.exists(), "the command ran");
 }

@@ -111,6 +111,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
+        foreign_proc("subreaper")?;
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
                 if let Some(g) = &opts.guardian {
@@ -123,6 +124,8 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             })
     };
     let pgid = || {
+        #[cfg(target_os = "linux")]
+        foreign_proc("pgid")?;
         let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
         containment::pgid::PgidBackend::new(schedule)
             .map(Backend::Pgid)
@@ -159,6 +162,21 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             }),
         },
     }
+}
+
+/// The subreaper and pgid backends find the tree in `/proc` by the pids it lists: under a
+/// `/proc` of another PID namespace those name other processes (the parent namespace's: as
+/// PID 1, "descendants of 1" would be the host's whole tree), so they refuse it.
+#[cfg(target_os = "linux")]
+fn foreign_proc(backend: &str) -> Result<(), String> {
+    if reaper_platform::linux::procfs::is_foreign() {
+        return Err(format!(
+            "the {backend} backend cannot work here: /proc shows another PID namespace than \
+             reaper's (a PID namespace entered without a /proc of its own); mount one for this \
+             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `--cgroup-parent` itself is what the cgroup backend refused.
