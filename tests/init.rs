@@ -524,3 +524,76 @@ fn under_a_foreign_proc_the_subreaper_backend_refuses() {
     );
     assert!(!out.exists(), "the command ran");
 }
+
+/// `--init` gives the same behaviour when reaper is not PID 1 (a subreaper under another
+/// init): SIGUSR1 is passed on to the leader instead of killing reaper (its default action),
+/// SIGINT is passed on instead of stopping the tree, and SIGTERM stops the tree.
+#[test]
+fn the_init_flag_forwards_when_not_pid1() {
+    if !have(Need::Python3) {
+        return;
+    }
+    let t = Tree::new();
+    let out = t.dir.path().join("out");
+    let mut r = reaper()
+        .args(["run", "--init", "--", "python3", "-c", RECORDER])
+        .env("OUT", &out)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start reaper");
+    assert!(
+        wait_until(Duration::from_secs(20), || has_line(&out, "ready")
+            && has_line(&out, "child ready")),
+        "the recorder never got ready: {:?}",
+        lines(&out)
+    );
+    for (sig, name) in [(Signal::USR1, "USR1"), (Signal::INT, "INT")] {
+        signal_child(&r, sig);
+        assert!(
+            wait_until(Duration::from_secs(20), || has_line(&out, name)),
+            "the leader never got SIG{name}: {:?}",
+            lines(&out)
+        );
+    }
+    signal_child(&r, Signal::TERM);
+    let st = wait_with_deadline(&mut r, Duration::from_secs(30));
+    assert_eq!(st.code(), Some(3), "{:?}", lines(&out));
+    assert!(has_line(&out, "child TERM"), "{:?}", lines(&out));
+}
+
+/// A container's PID 1 with a read-only cgroupfs (the cgroup2 mount remounted read-only in a
+/// mount namespace of its own; the host's mount is not touched): the one fallback line names
+/// the PID namespace as what contains the tree; `-q` silences it (tests/containers.rs).
+#[test]
+fn pid1_fallback_line_names_the_pid_namespace() {
+    if !have(Need::PidNamespace) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let out = Command::new("unshare")
+        .args([
+            "--mount",
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg(r#"mount --make-rprivate / && mount -o remount,bind,ro "$MNT" && exec "$@""#)
+        .args(["sh", reaper_bin(), "run", "--", "true"])
+        .env("MNT", mount)
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    let err = stderr(&out);
+    assert_eq!(code(&out), 0, "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].ends_with("; as PID 1, the PID namespace contains the tree"),
+        "{err}"
+    );
+}
