@@ -219,28 +219,44 @@ fn sigterm_to_pid1_stops_main_child_and_setsid_grandchild_gracefully() {
     if !have(Need::PidNamespace) {
         return;
     }
-    let t = Tree::new();
-    let out = t.dir.path().join("out");
-    let mut p = Pid1::start(
-        reaper_bin(),
-        &["run", "--grace", "5s", "--", "sh", "-c", APP],
-        &[("OUT", &out)],
-    );
-    assert!(
-        wait_until(Duration::from_secs(20), || app_ready(&out)),
-        "the app never got ready: {:?}",
-        lines(&out)
-    );
-    p.signal(Signal::TERM);
-    let (code, err) = p.wait(Duration::from_secs(30));
-    for name in ["main", "child", "grandchild"] {
+    // cgroup: this machine; subreaper: a container's (its cgroupfs is read-only).
+    for backend in ["cgroup", "subreaper"] {
+        if backend == "cgroup" && !have(Need::Cgroup) {
+            continue;
+        }
+        let t = Tree::new();
+        let out = t.dir.path().join("out");
+        let mut p = Pid1::start(
+            reaper_bin(),
+            &[
+                "run",
+                "--containment",
+                backend,
+                "--grace",
+                "5s",
+                "--",
+                "sh",
+                "-c",
+                APP,
+            ],
+            &[("OUT", &out)],
+        );
         assert!(
-            has_line(&out, &format!("graceful {name}")),
-            "{name} did not exit by its trap: {:?}; {err}",
+            wait_until(Duration::from_secs(20), || app_ready(&out)),
+            "{backend}: the app never got ready: {:?}",
             lines(&out)
         );
+        p.signal(Signal::TERM);
+        let (code, err) = p.wait(Duration::from_secs(30));
+        for name in ["main", "child", "grandchild"] {
+            assert!(
+                has_line(&out, &format!("graceful {name}")),
+                "{backend}: {name} did not exit by its trap: {:?}; {err}",
+                lines(&out)
+            );
+        }
+        assert_eq!(code, 0, "{backend}: {err}");
     }
-    assert_eq!(code, 0, "{err}");
 }
 
 /// Negative control: the same app under tini as PID 1 (`tini --`): only main gets SIGTERM; the
@@ -342,9 +358,18 @@ fn pid1_reaps_a_thousand_orphans_in_their_own_sessions() {
     if !have(Need::PidNamespace) || !have(Need::Python3) {
         return;
     }
-    let ((first, last), code, err) = orphans_under(reaper_bin(), &["run", "--"], "10");
-    assert_eq!(last, 0, "zombies left (first look: {first}): {err}");
-    assert_eq!(code, 0, "{err}");
+    for backend in ["cgroup", "subreaper"] {
+        if backend == "cgroup" && !have(Need::Cgroup) {
+            continue;
+        }
+        let args = ["run", "--containment", backend, "--"];
+        let ((first, last), code, err) = orphans_under(reaper_bin(), &args, "10");
+        assert_eq!(
+            last, 0,
+            "{backend}: zombies left (first look: {first}): {err}"
+        );
+        assert_eq!(code, 0, "{backend}: {err}");
+    }
 
     // Negative control: a PID 1 that waits for its own child only (Python's subprocess.run)
     // leaves them all zombies, so the count does see unreaped orphans.
