@@ -579,6 +579,21 @@ fn under_a_foreign_proc_the_subreaper_backend_refuses() {
         "{err}"
     );
     assert!(!out.exists(), "the command ran");
+
+    // `reaper doctor` says so too.
+    let doc = Command::new("unshare")
+        .args(["--pid", "--fork", "--", reaper_bin(), "doctor", "--json"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    let doc: serde_json::Value = serde_json::from_slice(&doc.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json: {e}: {}", stderr(&doc)));
+    let hints = doc["hints"].to_string();
+    assert!(
+        hints.contains("/proc shows another PID namespace than reaper's"),
+        "{hints}"
+    );
 }
 
 /// `--init` gives the same behaviour when reaper is not PID 1 (a subreaper under another
