@@ -415,12 +415,17 @@ async fn run(mut args: RunArgs) -> u8 {
         _ => None,
     };
     if let Some(stdin_allowance) = second {
-        let until = tokio::time::Instant::now()
-            + if stdin_allowance {
-                allowance
-            } else {
-                args.linger
-            };
+        let now = tokio::time::Instant::now();
+        let span = if stdin_allowance {
+            allowance
+        } else {
+            args.linger
+        };
+        // Durations are capped at 100 years (parse::duration); an Instant that far may still
+        // not exist, and then the wait is for ever in practice.
+        let until = now
+            .checked_add(span)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
         let interrupted = loop {
             let wait = async {
                 if stdin_allowance {
