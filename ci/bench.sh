@@ -7,7 +7,8 @@
 #   ci/bench.sh           release build, full run (a few minutes), writes docs/BENCHMARKS.md
 #   ci/bench.sh --quick   smoke run on the debug build (seconds), prints only; ci/test.sh runs it
 #
-# Needs Linux with pidfds; the cgroup rows need a writable cgroup2 directory (else they say n/a).
+# Needs Linux with pidfds; the cgroup rows need a writable cgroup2 directory, the PID 1 rows
+# `unshare --pid` (root) and tini/dumb-init (installed by the full run; else they say n/a).
 # Nothing is asserted: the goals are reported in the table. The benchmark kills and removes
 # everything it started (processes by pidfd, its own `reaper-bench-*` cgroups).
 set -euo pipefail
@@ -17,7 +18,7 @@ quick=
 for arg in "$@"; do
   case "$arg" in
     --quick) quick=1 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "ci/bench.sh: unknown argument $arg (usage: ci/bench.sh [--quick])" >&2; exit 2 ;;
   esac
 done
@@ -37,6 +38,16 @@ if [ -n "$quick" ]; then
 else
   build --release
   dir=$target/release
+fi
+
+# The PID 1 rows compare reaper with the inits containers use, from Debian's packages. The full
+# run installs them when it can (root with apt-get); without them their rows say "not installed".
+if [ -z "$quick" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  for pkg in tini dumb-init; do
+    command -v "$pkg" >/dev/null ||
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$pkg" >/dev/null ||
+      echo "ci/bench.sh: could not install $pkg; its PID 1 row says so" >&2
+  done
 fi
 
 REAPER_BENCH_COMMIT=$(git describe --always --dirty 2>/dev/null || echo unknown)

@@ -43,6 +43,13 @@ if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && [ ! -x "$cache/codex/node_modules/.bin/c
     echo "warning: could not install @openai/codex; the real-codex tests will be skipped"
 fi
 
+# tini, for the negative control of tests/init.rs (reaper as PID 1 beside tini); optional: the
+# test says "skipped" without it.
+if ! command -v tini >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q tini >/dev/null 2>&1 ||
+    echo "note: cannot install tini (Debian package tini); the tini control in tests/init.rs will be skipped"
+fi
+
 # The VM lane (ci/vm): QEMU, mmdebstrap, and its Debian image (cached under $cache/vm, rebuilt
 # only when its recipe changes). ci/test.sh fails if the lane cannot run here, unless
 # REAPER_SKIP_VM=1 says to do without it.

@@ -339,11 +339,20 @@ fn container(r: &mut Report) {
                 .into(),
         );
     }
+    if reaper_platform::linux::procfs::is_foreign() {
+        r.hints.push(
+            "/proc shows another PID namespace than reaper's (entered without a /proc of its \
+             own): the subreaper and pgid backends refuse to run here; mount a /proc for this \
+             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
+                .into(),
+        );
+    }
     if c.pid1 {
         r.hints.push(
             "reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process \
              left in the namespace, so nothing started inside outlives the container's reaper \
-             whatever the backend"
+             whatever the backend; `reaper run` acts as the container's init (signals: README, \
+             \"In containers\")"
                 .into(),
         );
     } else if c.pid_namespace && !r.cgroup_writable {

@@ -58,6 +58,19 @@ pub struct RunArgs {
     #[arg(long, value_parser = parse::duration, value_name = "DUR")]
     pub on_stdin_eof: Option<Duration>,
 
+    /// Be the init of a container (on by itself when reaper is PID 1; not in `reaper timeout`):
+    /// SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 and SIGWINCH are passed on to the leader, as
+    /// tini does, instead of stopping the tree; SIGTERM (`docker stop`) still stops the whole
+    /// tree with the grace. Every orphan is reaped at once, the tree is stopped when the leader
+    /// exits, and reaper exits with the leader's status.
+    #[arg(long)]
+    pub init: bool,
+
+    /// Init mode: pass signals on to the leader alone (as tini), or to every process of the
+    /// tree, setsid'd ones included. Implies --init.
+    #[arg(long, value_enum, value_name = "TO")]
+    pub forward_to: Option<ForwardTo>,
+
     #[command(flatten)]
     pub guard: GuardArgs,
 
@@ -82,6 +95,28 @@ pub struct RunArgs {
     #[arg(skip)]
     pub face: Option<TimeoutFace>,
 }
+
+/// Where an init passes a signal on (`--forward-to`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardTo {
+    /// The leader alone, through its pidfd (tini's default).
+    Leader,
+    /// Every process of the run, wherever it moved its process group or session.
+    Tree,
+}
+
+/// The signals an init passes on instead of stopping the tree, as tini does. SIGTERM is not
+/// one of them: it stops the whole tree with the grace (tini passes it to its child alone, and
+/// the kernel SIGKILLs the rest of the namespace when tini exits). PID 1 gets no signal it has
+/// no handler for (the kernel drops it: signal(7), "init"), so each has one.
+const FORWARDED: [Signal; 6] = [
+    Signal::INT,
+    Signal::HUP,
+    Signal::QUIT,
+    Signal::USR1,
+    Signal::USR2,
+    Signal::WINCH,
+];
 
 /// What `reaper timeout` changes in a run, to behave as timeout(1): the signal (on timeout,
 /// or the one reaper received) goes to the tree, then reaper waits for COMMAND itself — for
@@ -276,6 +311,17 @@ async fn run(mut args: RunArgs) -> u8 {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
+    // A container's init: asked for, or PID 1 (of a PID namespace). timeout(1)'s face keeps
+    // its own semantics everywhere.
+    let init =
+        face.is_none() && (args.init || args.forward_to.is_some() || std::process::id() == 1);
+    let to_tree = args.forward_to == Some(ForwardTo::Tree);
+    let forwarded = |sig: Signal| init && FORWARDED.contains(&sig);
+    if init {
+        for sig in FORWARDED {
+            sigs.also(sig);
+        }
+    }
     if face.is_some() {
         // timeout(1) also stops COMMAND on SIGQUIT and on its own `-s` signal, and takes a
         // SIGALRM from outside for its timeout (`timeout -s ALRM 30 timeout 25 CMD` cascades).
@@ -332,7 +378,13 @@ async fn run(mut args: RunArgs) -> u8 {
     // One line, once per run; `-q` silences it too (a container's entrypoint starts reaper on
     // every container start, and the timeout face is as quiet as timeout(1)).
     if let Some(w) = run.warning.as_ref().filter(|_| !args.quiet) {
-        say!("{w}");
+        if std::process::id() == 1 {
+            // The kernel SIGKILLs every process left in a PID namespace when its PID 1 exits:
+            // nothing outlives reaper there, whatever the backend.
+            say!("{w}; as PID 1, the PID namespace contains the tree");
+        } else {
+            say!("{w}");
+        }
     }
     let mut stdin_eof = pipes.stdin.and_then(relay_stdin);
     // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
@@ -389,15 +441,23 @@ async fn run(mut args: RunArgs) -> u8 {
         }),
         _ => {}
     };
-    let (mut reason, mut received) = tokio::select! {
-        _ = run.wait_leader() => (StopReason::Exited, None),
-        _ = &mut timeout => (StopReason::Timeout, None),
-        sig = sigs.recv() => match sig {
-            Signal::ALARM if face.is_some() => (StopReason::Timeout, None),
-            sig => (StopReason::Signal, Some(sig)),
-        },
-        _ = &mut eof => (StopReason::StdinEof, None),
-        _ = &mut parent_died => (StopReason::ParentDied, None),
+    let (mut reason, mut received) = loop {
+        let got = tokio::select! {
+            _ = run.wait_leader() => (StopReason::Exited, None),
+            _ = &mut timeout => (StopReason::Timeout, None),
+            sig = sigs.recv() => match sig {
+                Signal::ALARM if face.is_some() => (StopReason::Timeout, None),
+                sig => (StopReason::Signal, Some(sig)),
+            },
+            _ = &mut eof => (StopReason::StdinEof, None),
+            _ = &mut parent_died => (StopReason::ParentDied, None),
+        };
+        match got {
+            (StopReason::Signal, Some(sig)) if forwarded(sig) => {
+                run.forward(sig, to_tree);
+            }
+            got => break got,
+        }
     };
     announce(reason, received);
     // A second wait, still cut short by the timeout and by signals: CMD's allowance to exit
@@ -409,26 +469,46 @@ async fn run(mut args: RunArgs) -> u8 {
         _ => None,
     };
     if let Some(stdin_allowance) = second {
-        let wait = async {
-            if stdin_allowance {
-                tokio::time::timeout(allowance, run.wait_leader())
-                    .await
-                    .is_ok()
-            } else {
-                run.linger(args.linger).await;
-                false
-            }
+        let now = tokio::time::Instant::now();
+        let span = if stdin_allowance {
+            allowance
+        } else {
+            args.linger
         };
-        let interrupted = tokio::select! {
-            exited = wait => {
-                if exited {
-                    reason = StopReason::Exited;
+        // Durations are capped at 100 years (parse::duration); an Instant that far may still
+        // not exist, and then the wait is for ever in practice.
+        let until = now
+            .checked_add(span)
+            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
+        let interrupted = loop {
+            let wait = async {
+                if stdin_allowance {
+                    tokio::time::timeout_at(until, run.wait_leader())
+                        .await
+                        .is_ok()
+                } else {
+                    run.linger(until.saturating_duration_since(tokio::time::Instant::now()))
+                        .await;
+                    false
                 }
-                None
+            };
+            let got = tokio::select! {
+                exited = wait => {
+                    if exited {
+                        reason = StopReason::Exited;
+                    }
+                    None
+                }
+                _ = &mut timeout => Some((StopReason::Timeout, None)),
+                sig = sigs.recv() => Some((StopReason::Signal, Some(sig))),
+                _ = &mut parent_died => Some((StopReason::ParentDied, None)),
+            };
+            match got {
+                Some((StopReason::Signal, Some(sig))) if forwarded(sig) => {
+                    run.forward(sig, to_tree);
+                }
+                got => break got,
             }
-            _ = &mut timeout => Some((StopReason::Timeout, None)),
-            sig = sigs.recv() => Some((StopReason::Signal, Some(sig))),
-            _ = &mut parent_died => Some((StopReason::ParentDied, None)),
         };
         if let Some((r, sig)) = interrupted {
             (reason, received) = (r, sig);
@@ -471,10 +551,9 @@ async fn run(mut args: RunArgs) -> u8 {
             };
         }
     }
-    // A second INT/TERM/HUP during the grace period means "now".
-    let again = async {
-        sigs.recv().await;
-    };
+    // A second INT/TERM/HUP during the grace period means "now"; for an init, a second TERM
+    // (the others are no longer passed on: the tree is being stopped).
+    let again = async { while forwarded(sigs.recv().await) {} };
     let leftovers = if reason == StopReason::Exited {
         run.members().len()
     } else {

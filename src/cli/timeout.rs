@@ -168,6 +168,8 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
         events: false,
         die_with_parent: false,
         on_stdin_eof: None,
+        init: false,
+        forward_to: None,
         guard: GuardArgs { no_guardian: false },
         quiet: true,
         contain: ContainArgs {

@@ -37,6 +37,9 @@ pub enum Event {
         n: usize,
         via: &'static str,
     },
+    /// Init mode: a signal reaper got was passed on to `n` processes (the leader, or the whole
+    /// tree with `--forward-to tree`) without stopping the run.
+    Forwarded { signal: String, n: usize },
     /// No live process is left in the run.
     TreeEmpty,
     /// The run is over: how many processes were killed, and what could not be; `escapees`:

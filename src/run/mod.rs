@@ -154,6 +154,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
+        foreign_proc("subreaper")?;
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
                 if let Some(g) = &opts.guardian {
@@ -166,6 +167,8 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             })
     };
     let pgid = || {
+        #[cfg(target_os = "linux")]
+        foreign_proc("pgid")?;
         let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
         containment::pgid::PgidBackend::new(schedule)
             .map(Backend::Pgid)
@@ -213,6 +216,21 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), St
             }),
         },
     }
+}
+
+/// The subreaper and pgid backends find the tree in `/proc` by the pids it lists: under a
+/// `/proc` of another PID namespace those name other processes (the parent namespace's: as
+/// PID 1, "descendants of 1" would be the host's whole tree), so they refuse it.
+#[cfg(target_os = "linux")]
+fn foreign_proc(backend: &str) -> Result<(), String> {
+    if reaper_platform::linux::procfs::is_foreign() {
+        return Err(format!(
+            "the {backend} backend cannot work here: /proc shows another PID namespace than \
+             reaper's (a PID namespace entered without a /proc of its own); mount one for this \
+             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
+        ));
+    }
+    Ok(())
 }
 
 /// Whether `--cgroup-parent` itself is what the cgroup backend refused.
@@ -578,6 +596,22 @@ impl Run {
                 signal::to_handle(&self.leader.handle, sig),
                 Ok(signal::Delivery::Sent)
             )
+    }
+
+    /// Passes `sig` on, as an init does: to the leader alone, or to every member with
+    /// `to_tree`. Not a stop: the run goes on, nothing is counted as stopped, and no SIGCONT
+    /// follows. Returns how many processes it reached.
+    pub fn forward(&self, sig: Signal, to_tree: bool) -> usize {
+        let n = if to_tree {
+            self.backend.signal_all(sig).len()
+        } else {
+            usize::from(self.signal_leader(sig))
+        };
+        self.sink.emit(Event::Forwarded {
+            signal: signal::name(sig),
+            n,
+        });
+        n
     }
 
     /// Lets the tree run on its own until it is empty or `linger` has passed.

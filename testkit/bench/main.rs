@@ -14,6 +14,7 @@
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
 //! figures measured in the same round of the same run. Nothing is asserted: goals are reported.
 
+mod init;
 mod mcp;
 mod mech;
 mod spawn;
@@ -54,6 +55,7 @@ struct Plan {
     tree_reps: usize,
     storm: (u32, u32),
     storm_reps: usize,
+    init_reps: usize,
     mcp: mcp::McpPlan,
 }
 
@@ -69,6 +71,7 @@ impl Plan {
             tree_reps: 5,
             storm: (2000, 200),
             storm_reps: 5,
+            init_reps: 5,
             mcp: mcp::McpPlan {
                 inits: 20,
                 sessions: 3,
@@ -93,6 +96,7 @@ impl Plan {
             tree_reps: 1,
             storm: (200, 20),
             storm_reps: 1,
+            init_reps: 1,
             mcp: mcp::McpPlan {
                 inits: 2,
                 sessions: 1,
@@ -258,6 +262,8 @@ fn run(s: &Setup, plan: &Plan) -> String {
         Scenario::Storm(plan.storm.0, plan.storm.1),
         plan.storm_reps,
     );
+    progress("PID 1 of a container, beside tini and dumb-init", t0);
+    let inits = init::bench(s, plan.init_reps);
     progress("reaper mcp", t0);
     let mcp = mcp::bench(s, &plan.mcp);
     progress("done", t0);
@@ -267,6 +273,7 @@ fn run(s: &Setup, plan: &Plan) -> String {
     spawn_section(&mut r, &spawn);
     mech_section(&mut r, &mech, plan.mech_samples);
     teardown_section(&mut r, &trees, &storm, plan, &pgid);
+    init_section(&mut r, &inits);
     mcp_section(&mut r, &mcp, &plan.mcp);
     goals_section(&mut r, &spawn, &trees, &mcp);
     r
@@ -517,6 +524,45 @@ fn teardown_section(
         "| storm | stopped by | processes | all dead, ms | dead + reaped, ms | × floor | survivors |\n|---|---|---|---|---|---|---|"
     );
     teardown_rows(r, storm, true);
+    let _ = writeln!(r);
+}
+
+fn init_section(r: &mut String, rows: &[init::InitRow]) {
+    let _ = writeln!(
+        r,
+        "### PID 1 of a container: `docker stop` of an app with a setsid'd process\n\n\
+         A fresh PID namespace (`unshare --pid --fork --mount-proc`) whose PID 1 is each init \
+         below, running `sh -c APP`: the main process, a background child and a setsid'd \
+         grandchild each trap SIGTERM to write \"graceful NAME\" and exit 0. SIGTERM goes to \
+         PID 1 (as `docker stop` sends it); counted is how many runs each part exited by its \
+         trap (the rest were SIGKILLed by the kernel when PID 1 exited), and the time from the \
+         signal to PID 1's exit (reaper's: its 2 s `--grace` when a process the app forked \
+         during the TERM sweep got no TERM and is SIGKILLed at the grace's end). tini and \
+         dumb-init are Debian's packages (`ci/bench.sh` installs them when it can).\n"
+    );
+    let _ = writeln!(
+        r,
+        "| PID 1 | main graceful | background child graceful | setsid'd grandchild graceful | SIGTERM → PID 1 exited, ms |\n|---|---|---|---|---|"
+    );
+    for row in rows {
+        match &row.missing {
+            Some(why) if row.runs == 0 => {
+                let _ = writeln!(r, "| `{}` | n/a: {why} | | | |", row.name);
+            }
+            _ => {
+                let g = |i: usize| format!("{}/{}", row.graceful[i], row.runs);
+                let _ = writeln!(
+                    r,
+                    "| `{}` | {} | {} | {} | {} |",
+                    row.name,
+                    g(0),
+                    g(1),
+                    g(2),
+                    cell(row.stop_ms)
+                );
+            }
+        }
+    }
     let _ = writeln!(r);
 }
 

@@ -36,16 +36,71 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     })
 }
 
-/// `/proc/PID/stat` of one process. `NotFound` when it is gone (reaped).
+/// `/proc/PID/stat` of one process (`pid` as this process numbers it, also under a foreign
+/// `/proc`: see [`is_foreign`]). `NotFound` when it is gone (reaped).
 pub fn stat(pid: i32) -> io::Result<ProcStat> {
-    let mut buf = [0u8; 1024];
-    let text = read_proc_file(&format!("/proc/{pid}/stat"), &mut buf)?;
-    parse_stat(&text).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("unparsable /proc/{pid}/stat"),
-        )
+    in_proc(pid, |q| {
+        let mut buf = [0u8; 1024];
+        let text = read_proc_file(&format!("/proc/{q}/stat"), &mut buf)?;
+        let mut s = parse_stat(&text).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("unparsable /proc/{q}/stat"),
+            )
+        })?;
+        // ppid, pgid and sid stay as /proc numbers them (see `is_foreign`).
+        s.pid = pid;
+        Ok(s)
     })
+}
+
+/// Whether `/proc` shows another PID namespace than this process's: a namespace entered
+/// without a `/proc` of its own (`unshare --pid --fork` without `--mount-proc`, `nsenter
+/// --pid`). There `/proc/PID` is not the process this namespace calls PID, and the pids in
+/// `children` files and the `/proc` listing are the other namespace's. [`stat`], [`cgroup`],
+/// [`cmdline`] and [`exe`] translate (they take pids of this namespace); [`children`],
+/// [`descendants`] and [`all`] cannot be used there (their pids are /proc's), so the
+/// backends built on them refuse a foreign `/proc`. Decided once: `/proc/self` names this
+/// process by /proc's number for it.
+pub fn is_foreign() -> bool {
+    static FOREIGN: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *FOREIGN.get_or_init(|| {
+        let own = rustix::process::getpid().as_raw_nonzero().get();
+        std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str()?.parse::<i32>().ok())
+            .is_some_and(|seen| seen != own)
+    })
+}
+
+/// Runs `read` with the number `/proc` knows the process `pid` (of this namespace) by. Under
+/// a foreign `/proc` that is the `Pid:` of a pidfd's fdinfo (proc(5): the pid in the PID
+/// namespace of the `/proc` mount; 0 when the process is not visible there, -1 once it has been
+/// reaped), read again after `read`: if it is unchanged the process still held that number, so
+/// what `read` saw was that process, not one that reused the number.
+fn in_proc<T>(pid: i32, read: impl FnOnce(i32) -> io::Result<T>) -> io::Result<T> {
+    if !is_foreign() {
+        return read(pid);
+    }
+    let gone = || io::Error::from_raw_os_error(libc::ESRCH);
+    let p = Pid::from_raw(pid).ok_or_else(gone)?;
+    let fd = rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty())?;
+    let number = || -> io::Result<i32> {
+        use std::os::fd::AsRawFd;
+        let mut buf = [0u8; 1024];
+        let info = read_proc_file(&format!("/proc/self/fdinfo/{}", fd.as_raw_fd()), &mut buf)?;
+        info.lines()
+            .find_map(|l| l.strip_prefix("Pid:"))
+            .and_then(|n| n.trim().parse::<i32>().ok())
+            .filter(|&n| n > 0)
+            .ok_or_else(gone)
+    };
+    let q = number()?;
+    let out = read(q)?;
+    if number()? != q {
+        return Err(gone());
+    }
+    Ok(out)
 }
 
 /// A small `/proc` file in as few system calls as it takes: open, one read into `buf` (the
@@ -84,7 +139,8 @@ pub fn is_alive(pid: i32, starttime: u64) -> bool {
     matches!(stat(pid), Ok(s) if s.starttime == starttime && !s.is_dead())
 }
 
-/// Direct children of `pid`, from `/proc/PID/task/*/children` (every thread's children: a
+/// Direct children of `pid`, from `/proc/PID/task/*/children` (not under a foreign `/proc`:
+/// [`is_foreign`]) (every thread's children: a
 /// subreaper's orphans may be parented to any of its threads). Includes zombies.
 pub fn children(pid: i32) -> Vec<i32> {
     let mut out = Vec::new();
@@ -129,7 +185,8 @@ pub fn descendants(root: i32, skip: &[(i32, u64)]) -> Vec<ProcStat> {
     out
 }
 
-/// Every process on the machine, for callers that need a ppid map.
+/// Every process on the machine, for callers that need a ppid map (not under a foreign
+/// `/proc`: [`is_foreign`]).
 pub fn all() -> Vec<ProcStat> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -142,7 +199,7 @@ pub fn all() -> Vec<ProcStat> {
 
 /// The command line, arguments joined by spaces (empty for kernel threads and zombies).
 pub fn cmdline(pid: i32) -> String {
-    std::fs::read(format!("/proc/{pid}/cmdline"))
+    in_proc(pid, |q| std::fs::read(format!("/proc/{q}/cmdline")))
         .map(|b| {
             let s: Vec<String> = b
                 .split(|&c| c == 0)
@@ -156,13 +213,16 @@ pub fn cmdline(pid: i32) -> String {
 
 /// The executable's path, when readable.
 pub fn exe(pid: i32) -> Option<PathBuf> {
-    std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+    in_proc(pid, |q| std::fs::read_link(format!("/proc/{q}/exe"))).ok()
 }
 
 /// The unified-hierarchy cgroup path of a process (`0::` line of `/proc/PID/cgroup`).
 pub fn cgroup(pid: i32) -> Option<String> {
     super::mountinfo::unified_cgroup_path(
-        &std::fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?,
+        &in_proc(pid, |q| {
+            std::fs::read_to_string(format!("/proc/{q}/cgroup"))
+        })
+        .ok()?,
     )
 }
 
