@@ -70,7 +70,7 @@ else
   cargo build --quiet --workspace --bins
   vm=0
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
-    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" || vm=$?
+    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" || vm=$?
   if [ "$vm" != 0 ]; then
     echo "the VM lane failed (exit $vm)"
     exit "$vm"
