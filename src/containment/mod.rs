@@ -23,6 +23,7 @@ pub mod pgid;
 pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod subreaper;
+mod sweep;
 
 use std::process::Command;
 
