@@ -562,16 +562,8 @@ impl Containment for CgroupBackend {
                 }
                 // Outside the cgroup, no `cgroup.events` tells its end: reaper's SIGCHLD (an
                 // orphaned escapee is reaper's child) or a short look-again interval.
-                let tick = tokio::time::sleep_until(deadline.min(Instant::now() + LOOK_AGAIN));
-                match self.sigchld.as_mut() {
-                    Some(s) => {
-                        tokio::select! {
-                            _ = s.recv() => {}
-                            _ = tick => {}
-                        }
-                    }
-                    None => tick.await,
-                }
+                let next_look = deadline.min(Instant::now() + LOOK_AGAIN);
+                super::sigchld_or(self.sigchld.as_mut(), next_look).await;
                 continue;
             }
             if Instant::now() >= deadline {

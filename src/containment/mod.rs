@@ -213,3 +213,19 @@ pub(crate) fn signal_each(members: Vec<Member>, sig: Signal) -> Vec<Member> {
         })
         .collect()
 }
+
+/// Waits for reaper's next SIGCHLD (its children, and the orphans reparented to it) or until
+/// `until`, whichever comes first. Without a SIGCHLD stream, until `until`.
+#[cfg(target_os = "linux")]
+pub(crate) async fn sigchld_or(sigchld: Option<&mut tokio::signal::unix::Signal>, until: Instant) {
+    let tick = tokio::time::sleep_until(until);
+    match sigchld {
+        Some(s) => {
+            tokio::select! {
+                _ = s.recv() => {}
+                _ = tick => {}
+            }
+        }
+        None => tick.await,
+    }
+}

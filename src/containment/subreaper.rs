@@ -85,16 +85,8 @@ impl Containment for SubreaperBackend {
             }
             // A grandchild's death signals its own parent, not us: wake on SIGCHLD (our
             // children, reparented orphans) or after a short look-again interval.
-            let tick = tokio::time::sleep_until(deadline.min(Instant::now() + LOOK_AGAIN));
-            match self.sigchld.as_mut() {
-                Some(s) => {
-                    tokio::select! {
-                        _ = s.recv() => {}
-                        _ = tick => {}
-                    }
-                }
-                None => tick.await,
-            }
+            let next_look = deadline.min(Instant::now() + LOOK_AGAIN);
+            super::sigchld_or(self.sigchld.as_mut(), next_look).await;
         }
     }
 
