@@ -263,11 +263,7 @@ impl CgroupBackend {
         found
             .into_iter()
             .map(|(s, cg)| {
-                let member = Member {
-                    pid: s.pid,
-                    starttime: s.starttime,
-                    comm: s.comm,
-                };
+                let member = Member::from(s);
                 match seen
                     .iter()
                     .find(|e| e.member.pid == member.pid && e.member.starttime == member.starttime)
@@ -390,11 +386,7 @@ impl CgroupBackend {
             .into_iter()
             .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
             .filter(|s| !s.is_dead())
-            .map(|s| Member {
-                pid: s.pid,
-                starttime: s.starttime,
-                comm: s.comm,
-            })
+            .map(Member::from)
             .collect()
     }
 

@@ -68,6 +68,16 @@ impl Member {
     }
 }
 
+impl From<reaper_platform::process::ProcStat> for Member {
+    fn from(s: reaper_platform::process::ProcStat) -> Self {
+        Self {
+            pid: s.pid,
+            starttime: s.starttime,
+            comm: s.comm,
+        }
+    }
+}
+
 /// A process of the run that left the run's cgroup (root, or a user who owns the parent
 /// cgroup, can write itself into another `cgroup.procs`): still the run's, as it descends from
 /// it, and named in every report.

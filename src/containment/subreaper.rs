@@ -54,11 +54,7 @@ impl Containment for SubreaperBackend {
         procfs::descendants(self.self_pid, &self.exclude)
             .into_iter()
             .filter(|s| !s.is_dead())
-            .map(|s| Member {
-                pid: s.pid,
-                starttime: s.starttime,
-                comm: s.comm,
-            })
+            .map(Member::from)
             .collect()
     }
 
