@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 use tokio::io::{AsyncRead, ReadBuf};
-use tokio::signal::unix::{signal as unix_signal, SignalKind};
+#[cfg(target_os = "linux")]
+use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
 use super::parse;
@@ -166,11 +167,7 @@ enum Stop {
 
 async fn serve(mut cfg: Config) -> u8 {
     // Listen before serving, so a signal in between stops calls instead of killing reaper.
-    let (Ok(mut int), Ok(mut term), Ok(mut hup)) = (
-        unix_signal(SignalKind::interrupt()),
-        unix_signal(SignalKind::terminate()),
-        unix_signal(SignalKind::hangup()),
-    ) else {
+    let Some(mut signals) = super::Signals::new() else {
         say!("reaper mcp: cannot install signal handlers");
         return 125;
     };
@@ -200,7 +197,7 @@ async fn serve(mut cfg: Config) -> u8 {
     // in the kernel's do_exit), so the call's own last reap can miss one: reap on every SIGCHLD,
     // calls or no calls, so no zombie waits for the next call.
     #[cfg(target_os = "linux")]
-    if let Ok(mut sigchld) = unix_signal(SignalKind::child()) {
+    if let Ok(mut sigchld) = signal(SignalKind::child()) {
         tokio::spawn(async move {
             while sigchld.recv().await.is_some() {
                 reaper_platform::reap::reap_orphans();
@@ -246,9 +243,7 @@ async fn serve(mut cfg: Config) -> u8 {
     let why = tokio::select! {
         _ = &mut serving => Stop::Ended,
         _ = eof.cancelled() => Stop::StdinEof,
-        _ = int.recv() => Stop::Signal(libc::SIGINT),
-        _ = term.recv() => Stop::Signal(libc::SIGTERM),
-        _ = hup.recv() => Stop::Signal(libc::SIGHUP),
+        sig = signals.recv() => Stop::Signal(sig.as_raw()),
     };
     tracing::info!(reason = ?why, "shutting down");
     hangup.abort();

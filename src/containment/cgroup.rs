@@ -25,6 +25,7 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
+use super::sweep::Stopped;
 use super::{BackendKind, Containment, Escapee, Member};
 
 /// A run cgroup this reaper process holds now.
@@ -262,11 +263,7 @@ impl CgroupBackend {
         found
             .into_iter()
             .map(|(s, cg)| {
-                let member = Member {
-                    pid: s.pid,
-                    starttime: s.starttime,
-                    comm: s.comm,
-                };
+                let member = Member::from(s);
                 match seen
                     .iter()
                     .find(|e| e.member.pid == member.pid && e.member.starttime == member.starttime)
@@ -309,32 +306,18 @@ impl CgroupBackend {
     }
 
     /// SIGSTOP every live escapee, and look again until a look finds nobody new (a stopped
-    /// process cannot fork, so the set converges); returns them with their pidfds.
-    fn stop_escapees(&self) -> Vec<(Member, Pidfd)> {
-        let mut held: Vec<(Member, Pidfd)> = Vec::new();
-        let mut done: HashSet<(i32, u64)> = HashSet::new();
-        for round in 0..MAX_STOP_ROUNDS {
-            // The first look also walks the members' children: an escapee below a live member
-            // is found now, while its parent lives. Found only after the kill, it would be
-            // reparented to reaper a moment after the cgroup reads empty (the kernel leaves the
-            // cgroup before it hands the children over), and could be missed.
-            let fresh: Vec<Member> = self
-                .find_escapees(round == 0)
+    /// process cannot fork, so the set converges).
+    fn stop_escapees(&self) -> Stopped {
+        // The first look also walks the members' children: an escapee below a live member is
+        // found now, while its parent lives. Found only after the kill, it would be reparented
+        // to reaper a moment after the cgroup reads empty (the kernel leaves the cgroup before
+        // it hands the children over), and could be missed.
+        super::sweep::stop(|round| {
+            self.find_escapees(round == 0)
                 .into_iter()
                 .map(|e| e.member)
-                .filter(|m| done.insert((m.pid, m.starttime)))
-                .collect();
-            if fresh.is_empty() {
-                break;
-            }
-            for m in fresh {
-                if let Some(fd) = Pidfd::open_checked(m.pid, m.starttime) {
-                    let _ = signal::to_pidfd(&fd, Signal::STOP);
-                    held.push((m, fd));
-                }
-            }
-        }
-        held
+                .collect()
+        })
     }
 
     pub fn cgroup(&self) -> &Cgroup {
@@ -403,11 +386,7 @@ impl CgroupBackend {
             .into_iter()
             .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
             .filter(|s| !s.is_dead())
-            .map(|s| Member {
-                pid: s.pid,
-                starttime: s.starttime,
-                comm: s.comm,
-            })
+            .map(Member::from)
             .collect()
     }
 
@@ -532,8 +511,7 @@ impl Containment for CgroupBackend {
             before
         };
         let mut signalled = self.killed.lock().unwrap_or_else(|e| e.into_inner());
-        for (m, fd) in escapees {
-            let _ = signal::to_pidfd(&fd, Signal::KILL);
+        for m in escapees.kill() {
             signalled.insert((m.pid, m.starttime));
             killed.push(m);
         }
@@ -576,16 +554,8 @@ impl Containment for CgroupBackend {
                 }
                 // Outside the cgroup, no `cgroup.events` tells its end: reaper's SIGCHLD (an
                 // orphaned escapee is reaper's child) or a short look-again interval.
-                let tick = tokio::time::sleep_until(deadline.min(Instant::now() + LOOK_AGAIN));
-                match self.sigchld.as_mut() {
-                    Some(s) => {
-                        tokio::select! {
-                            _ = s.recv() => {}
-                            _ = tick => {}
-                        }
-                    }
-                    None => tick.await,
-                }
+                let next_look = deadline.min(Instant::now() + LOOK_AGAIN);
+                super::sigchld_or(self.sigchld.as_mut(), next_look).await;
                 continue;
             }
             if Instant::now() >= deadline {
@@ -623,9 +593,6 @@ impl Containment for CgroupBackend {
 
 /// How many escapees a run remembers by name.
 const MAX_SEEN: usize = 10_000;
-/// Rounds of the SIGSTOP sweep over escapees; each stops every one it finds, so a forking
-/// escapee converges in a few.
-const MAX_STOP_ROUNDS: usize = 64;
 /// While an escapee lives outside the cgroup: how often `wait_empty` looks again.
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
 

@@ -23,6 +23,7 @@ pub mod pgid;
 pub mod setup;
 #[cfg(target_os = "linux")]
 pub mod subreaper;
+mod sweep;
 
 use std::process::Command;
 
@@ -64,6 +65,16 @@ impl Member {
     /// How reports name a process: `sleep (pid 1234)`.
     pub fn label(&self) -> String {
         format!("{} (pid {})", self.comm, self.pid)
+    }
+}
+
+impl From<reaper_platform::process::ProcStat> for Member {
+    fn from(s: reaper_platform::process::ProcStat) -> Self {
+        Self {
+            pid: s.pid,
+            starttime: s.starttime,
+            comm: s.comm,
+        }
     }
 }
 
@@ -211,4 +222,20 @@ pub(crate) fn signal_each(members: Vec<Member>, sig: Signal) -> Vec<Member> {
                 .is_some_and(|h| matches!(signal::to_handle(&h, sig), Ok(signal::Delivery::Sent)))
         })
         .collect()
+}
+
+/// Waits for reaper's next SIGCHLD (its children, and the orphans reparented to it) or until
+/// `until`, whichever comes first. Without a SIGCHLD stream, until `until`.
+#[cfg(target_os = "linux")]
+pub(crate) async fn sigchld_or(sigchld: Option<&mut tokio::signal::unix::Signal>, until: Instant) {
+    let tick = tokio::time::sleep_until(until);
+    match sigchld {
+        Some(s) => {
+            tokio::select! {
+                _ = s.recv() => {}
+                _ = tick => {}
+            }
+        }
+        None => tick.await,
+    }
 }

@@ -22,7 +22,6 @@
 //!   by pid only: that group is never remembered nor signalled, and its other members are not
 //!   the run's.
 
-use std::collections::HashSet;
 use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -247,39 +246,21 @@ impl Containment for PgidBackend {
     /// SIGSTOP the remembered groups and every member, look again until a look finds nobody
     /// new, then SIGKILL the groups and the members.
     fn kill_all(&self) -> Vec<Member> {
-        let mut seen: HashSet<(i32, u64)> = HashSet::new();
-        let mut held: Vec<(Member, Handle)> = Vec::new();
         let mut s = lock(&self.shared);
-        // Bounded: each round stops everyone it finds; only a process still running can add
-        // new ones, and a stopped parent keeps its children findable.
-        for _ in 0..MAX_STOP_ROUNDS {
+        let stopped = super::sweep::stop(|_| {
             let (members, _) = s.look();
             for g in s.tracker.groups() {
                 signal_group(g, Signal::STOP);
             }
-            let fresh: Vec<ProcEntry> = members
-                .into_iter()
-                .filter(|e| seen.insert((e.pid, e.starttime)))
-                .collect();
-            if fresh.is_empty() {
-                break;
-            }
-            for e in fresh {
-                if let Some(fd) = Handle::open_checked(e.pid, e.starttime) {
-                    let _ = signal::to_handle(&fd, Signal::STOP);
-                    held.push((member(e), fd));
-                }
-            }
-        }
+            members.into_iter().map(member).collect()
+        });
         for g in s.tracker.groups() {
             signal_group(g, Signal::KILL);
         }
-        for (_, fd) in &held {
-            let _ = signal::to_handle(fd, Signal::KILL);
-        }
+        let killed = stopped.kill();
         drop(s);
         reap::reap_orphans();
-        held.into_iter().map(|(m, _)| m).collect()
+        killed
     }
 
     /// Reading the whole table costs about a millisecond per hundred processes, so between two
@@ -316,7 +297,6 @@ impl Containment for PgidBackend {
     }
 }
 
-const MAX_STOP_ROUNDS: usize = 64;
 /// How often the members' pidfds are checked while waiting for the tree to empty.
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(5);
 

@@ -9,11 +9,9 @@
 //! process (the MCP server), an orphan cannot be told apart from another run's: this backend
 //! contains reaper's whole subtree as one.
 
-use std::collections::HashSet;
 use std::process::Command;
 
-use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap, signal, subreaper};
+use reaper_platform::linux::{procfs, reap, subreaper};
 use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
@@ -56,11 +54,7 @@ impl Containment for SubreaperBackend {
         procfs::descendants(self.self_pid, &self.exclude)
             .into_iter()
             .filter(|s| !s.is_dead())
-            .map(|s| Member {
-                pid: s.pid,
-                starttime: s.starttime,
-                comm: s.comm,
-            })
+            .map(Member::from)
             .collect()
     }
 
@@ -71,32 +65,9 @@ impl Containment for SubreaperBackend {
     /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
     /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
     fn kill_all(&self) -> Vec<Member> {
-        let mut seen: HashSet<(i32, u64)> = HashSet::new();
-        let mut held: Vec<(Member, Pidfd)> = Vec::new();
-        // Bounded: each round stops every process it finds, and only a running process can add
-        // new ones; a storm converges in a few rounds.
-        for _ in 0..MAX_STOP_ROUNDS {
-            let fresh: Vec<Member> = self
-                .members()
-                .into_iter()
-                .filter(|m| !seen.contains(&(m.pid, m.starttime)))
-                .collect();
-            if fresh.is_empty() {
-                break;
-            }
-            for m in fresh {
-                seen.insert((m.pid, m.starttime));
-                if let Some(fd) = Pidfd::open_checked(m.pid, m.starttime) {
-                    let _ = signal::to_pidfd(&fd, Signal::STOP);
-                    held.push((m, fd));
-                }
-            }
-        }
-        for (_, fd) in &held {
-            let _ = signal::to_pidfd(fd, Signal::KILL);
-        }
+        let killed = super::sweep::stop(|_| self.members()).kill();
         reap::reap_orphans();
-        held.into_iter().map(|(m, _)| m).collect()
+        killed
     }
 
     async fn wait_empty(&mut self, deadline: Instant) -> bool {
@@ -110,16 +81,8 @@ impl Containment for SubreaperBackend {
             }
             // A grandchild's death signals its own parent, not us: wake on SIGCHLD (our
             // children, reparented orphans) or after a short look-again interval.
-            let tick = tokio::time::sleep_until(deadline.min(Instant::now() + LOOK_AGAIN));
-            match self.sigchld.as_mut() {
-                Some(s) => {
-                    tokio::select! {
-                        _ = s.recv() => {}
-                        _ = tick => {}
-                    }
-                }
-                None => tick.await,
-            }
+            let next_look = deadline.min(Instant::now() + LOOK_AGAIN);
+            super::sigchld_or(self.sigchld.as_mut(), next_look).await;
         }
     }
 
@@ -128,6 +91,5 @@ impl Containment for SubreaperBackend {
     }
 }
 
-const MAX_STOP_ROUNDS: usize = 64;
 /// How often the subtree is re-read while waiting for it to empty.
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(5);
