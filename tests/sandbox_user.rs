@@ -128,6 +128,7 @@ fn run_as_nobody(
     outside: Option<&Outside>,
     sandbox: &[&str],
     script: &str,
+    env: &[(&str, &str)],
 ) -> Output {
     Command::new("sh")
         .arg("-c")
@@ -162,6 +163,7 @@ fn run_as_nobody(
         .env("HOSTMNT", ns_link("mnt"))
         .env("HOSTCGNS", ns_link("cgroup"))
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
         .expect("run reaper")
@@ -224,12 +226,13 @@ const ESCAPE_NAMES: &[&str] = &[
     "nsenter-outside-mnt",
 ];
 
-fn attempt_under(mode: &str) {
+fn attempt_under(mode: &str, env: &[(&str, &str)]) {
     if !have(Need::Root) || !have(Need::Cgroup) {
         return;
     }
     let mount = cgroup2_mount().expect("cgroup2 mount");
-    let deleg = DelegatedCgroup::new(&mount, mode.trim_start_matches("--"));
+    let what = format!("{}{}", mode.trim_start_matches("--"), env.len());
+    let deleg = DelegatedCgroup::new(&mount, &what);
     let outside = Outside::start();
     let tree = nobody_tree();
     let record = if mode.ends_with("=pid") { "0" } else { "1" };
@@ -239,6 +242,7 @@ fn attempt_under(mode: &str) {
         Some(&outside),
         &[mode],
         &format!("RECORD={record}; {ESCAPES}"),
+        env,
     );
     let err = stderr(&o);
     let out = std::fs::read_to_string(out_file(&tree)).unwrap_or_default();
@@ -274,13 +278,20 @@ fn attempt_under(mode: &str) {
 /// (ptrace across user namespaces needs `CAP_SYS_PTRACE` in the target's) all fail.
 #[test]
 fn as_a_delegated_user_every_escape_fails_under_sandbox() {
-    attempt_under("--sandbox");
+    attempt_under("--sandbox", &[]);
+}
+
+/// The same through the std spawn (`REAPER_CLONE3=0`: fork, join the cgroup in pre_exec, then
+/// the sandbox, whose user namespace comes from `unshare` there).
+#[test]
+fn as_a_delegated_user_every_escape_fails_under_sandbox_without_clone3() {
+    attempt_under("--sandbox", &[("REAPER_CLONE3", "0")]);
 }
 
 /// As above with the PID namespace: the outside process is not even visible.
 #[test]
 fn as_a_delegated_user_every_escape_fails_under_sandbox_pid() {
-    attempt_under("--sandbox=pid");
+    attempt_under("--sandbox=pid", &[]);
 }
 
 /// The negative control: the same script as 65534 without `--sandbox` escapes, directly and
@@ -301,6 +312,7 @@ fn as_a_delegated_user_without_sandbox_the_escape_works_and_is_caught() {
         Some(&outside),
         &[],
         &format!("RECORD=1; {ESCAPES}"),
+        &[],
     );
     let err = stderr(&o);
     let out = std::fs::read_to_string(out_file(&tree)).unwrap_or_default();
@@ -352,7 +364,7 @@ fn as_a_delegated_user_everyday_commands_work_under_sandbox() {
     if python.is_none() {
         eprintln!("skipped (python part): no python3 readable by 65534");
     }
-    let o = run_as_nobody(&tree, &deleg, None, &["--sandbox"], &script);
+    let o = run_as_nobody(&tree, &deleg, None, &["--sandbox"], &script, &[]);
     let out = std::fs::read_to_string(out_file(&tree)).unwrap_or_default();
     assert_eq!(code(&o), 0, "out:\n{out}\nstderr:\n{}", stderr(&o));
     for want in [
