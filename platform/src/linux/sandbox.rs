@@ -293,7 +293,15 @@ impl SandboxPlan {
                     }
                     let n = libc::write(fd, line.as_ptr().cast(), line.len());
                     if n != line.len() as isize {
-                        let e = fail(Step::UserMaps);
+                        // A short write sets no errno: the kernel took part of a map line.
+                        let e = if n < 0 {
+                            fail(Step::UserMaps)
+                        } else {
+                            StepError {
+                                step: Step::UserMaps,
+                                errno: libc::EIO,
+                            }
+                        };
                         libc::close(fd);
                         return Err(e);
                     }
