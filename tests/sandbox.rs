@@ -276,8 +276,9 @@ fn impossible_sandbox_is_exit_125_naming_the_part() {
     );
 }
 
-/// A non-root user gets no sandbox (no cgroup backend here, or no right to create the
-/// namespaces): 125 naming what is missing, not a run without the sandbox.
+/// A non-root user without a cgroup of their own gets no sandbox (no cgroup backend here; one
+/// with a delegated cgroup does: tests/sandbox_user.rs): 125 naming what is missing, not a run
+/// without the sandbox.
 #[test]
 fn sandbox_as_nobody_is_exit_125() {
     if !have(Need::Root) || !have(Need::Program("setpriv")) {

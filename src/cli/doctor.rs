@@ -268,6 +268,8 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
         Step::NoNewPrivs => 3,
         Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 4,
         Step::ProcMount => 5,
+        // A non-root user's sandbox starts with a user namespace: nothing after it was tried.
+        Step::UserNamespace | Step::UserMaps => 0,
     };
     let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
     let mut r = SandboxReport::default();
@@ -279,7 +281,11 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
         Err(ProbeError::Sandbox(e)) => {
             let k = part_of(e.step);
             status[..k].fill("yes".into());
-            status[k] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno));
+            status[k] = if matches!(e.step, Step::UserNamespace | Step::UserMaps) {
+                format!("no: {e}")
+            } else {
+                format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
+            };
         }
         Err(ProbeError::Other(m)) => status[0] = format!("no: {m}"),
     }
@@ -306,8 +312,9 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
 
 /// `/proc/sys/user/max_user_namespaces` above 0, and (Debian, Ubuntu) the
 /// `kernel/unprivileged_userns_clone` switch on where it exists.
+/// Also what `--sandbox` for a non-root user checks first.
 #[cfg(target_os = "linux")]
-fn unprivileged_userns() -> Option<bool> {
+pub(crate) fn unprivileged_userns() -> Option<bool> {
     let read = |p: &str| {
         std::fs::read_to_string(p)
             .ok()

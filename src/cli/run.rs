@@ -184,8 +184,10 @@ pub struct ContainArgs {
     /// namespaces (the cgroup namespace rooted at the run's cgroup), the cgroup file system,
     /// /sys and /proc/sys read-only, no new privileges, and CAP_SYS_ADMIN, CAP_SYS_PTRACE and
     /// the other capabilities that could undo it dropped. `--sandbox=pid` adds a PID namespace
-    /// with its own /proc (the command is its PID 1). Needs the cgroup backend and root; where a
-    /// part is impossible, reaper exits 125 naming it (`reaper doctor` says what works here).
+    /// with its own /proc (the command is its PID 1). Needs the cgroup backend, and root or
+    /// unprivileged user namespaces (a non-root user's sandbox starts with a user namespace
+    /// mapping only the user's own ids); where a part is impossible, reaper exits 125 naming it
+    /// (`reaper doctor` says what works here).
     #[arg(
         long,
         value_enum,

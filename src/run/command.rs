@@ -303,6 +303,16 @@ pub(super) fn spawn(
             }
             let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == SandboxMode::Pid)
                 .map_err(|e| refused(format!("--sandbox: cannot prepare the sandbox: {e}")))?;
+            // A non-root user's sandbox lives in a user namespace of its own: where the kernel
+            // forbids unprivileged ones, say so by name rather than fail on a later step.
+            if plan.user_namespace() && crate::cli::doctor::unprivileged_userns() == Some(false) {
+                return Err(refused(
+                    "--sandbox as a non-root user needs an unprivileged user namespace, which \
+                     this machine disables (user.max_user_namespaces is 0 or \
+                     kernel.unprivileged_userns_clone is 0): run `reaper doctor`, enable them, \
+                     or run reaper as root",
+                ));
+            }
             Some(plan)
         }
     };
@@ -311,7 +321,10 @@ pub(super) fn spawn(
         if clone3::usable() {
             match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
                 Ok(s) => return Ok(s),
-                Err(clone3::Error::Sandbox(e)) => return Err(refused(e.to_string())),
+                Err(clone3::Error::Sandbox(e)) => {
+                    let user = plan.as_ref().is_some_and(|p| p.user_namespace());
+                    return Err(refused(step_refused(e, user)));
+                }
                 Err(clone3::Error::Failed(e)) => return Err(cmd.explain(e)),
                 // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
                 // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
@@ -342,6 +355,30 @@ pub(super) fn spawn(
     return spawn_std(&mut cmd, backend, tty, plan).map_err(|e| cmd.explain(e));
     #[cfg(not(target_os = "linux"))]
     spawn_std(&mut cmd, backend, tty).map_err(|e| cmd.explain(e))
+}
+
+/// The refusal of a sandbox step, with the likely cause when a non-root user's namespace was
+/// made but gives no capability: Ubuntu's AppArmor lets an unconfined program create a user
+/// namespace and then denies it every capability there.
+#[cfg(target_os = "linux")]
+fn step_refused(e: reaper_platform::linux::sandbox::StepError, user_namespace: bool) -> String {
+    use reaper_platform::linux::sandbox::Step;
+    let restricted =
+        std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+            .is_ok_and(|s| s.trim() == "1");
+    if user_namespace
+        && e.step != Step::UserNamespace
+        && matches!(e.errno, libc::EPERM | libc::EACCES)
+        && restricted
+    {
+        format!(
+            "{e} (AppArmor restricts unprivileged user namespaces here: \
+             kernel.apparmor_restrict_unprivileged_userns is 1; give reaper an AppArmor profile \
+             with `userns`, or run it as root)"
+        )
+    } else {
+        e.to_string()
+    }
 }
 
 /// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
@@ -451,6 +488,8 @@ fn spawn_std(
     // cgroup when the sandbox's cgroup namespace is created. The failed step comes back through
     // a pipe of its own (std carries only the errno).
     #[cfg(target_os = "linux")]
+    let user_namespace = sandbox.as_ref().is_some_and(|p| p.user_namespace());
+    #[cfg(target_os = "linux")]
     let step_pipe = match sandbox {
         None => None,
         Some(plan) => {
@@ -484,13 +523,13 @@ fn spawn_std(
             match rustix::io::read(&r, &mut b) {
                 Ok(4) => {
                     match reaper_platform::linux::sandbox::Step::from_raw(u32::from_ne_bytes(b)) {
-                        Some(step) => refused(
+                        Some(step) => refused(step_refused(
                             reaper_platform::linux::sandbox::StepError {
                                 step,
                                 errno: e.raw_os_error().unwrap_or(libc::EIO),
-                            }
-                            .to_string(),
-                        ),
+                            },
+                            user_namespace,
+                        )),
                         None => e,
                     }
                 }

@@ -10,6 +10,14 @@
 //!   so no `cgroup.procs` outside the run is visible, and the kernel refuses a move to or from a
 //!   cgroup outside the namespace's root even through a file opened elsewhere (ENOENT);
 //! - optionally a PID namespace (the clone flag is the caller's) with its own `/proc`;
+//! - for a non-root user, a user namespace first, mapping only the user's own uid and gid (the
+//!   only mapping an unprivileged process may write), so that the steps above, which need
+//!   `CAP_SYS_ADMIN`, run with the capabilities the child has in its own user namespace. The
+//!   command keeps its ids (files, sockets and signals work as before) and, as a non-root uid
+//!   there, has no capability left after exec. Being in a user namespace of its own also closes
+//!   `/proc/PID/root` of the user's processes outside (their mount namespace, where the cgroup
+//!   file system is writable): the kernel's ptrace check across user namespaces asks for
+//!   `CAP_SYS_PTRACE` in the target's namespace (`cap_ptrace_access_check`);
 //! - `PR_SET_NO_NEW_PRIVS`, and [`DROPPED`] removed from the bounding, ambient, inheritable,
 //!   permitted and effective sets, so the command cannot undo any of the above: no `mount`,
 //!   `umount`, `setns` (both need `CAP_SYS_ADMIN`), no `ptrace` of a process outside, no module.
@@ -65,6 +73,8 @@ pub enum Step {
     CapabilityBounding,
     CapabilityAmbient,
     Capabilities,
+    UserNamespace,
+    UserMaps,
 }
 
 impl Step {
@@ -80,6 +90,13 @@ impl Step {
             Step::CapabilityBounding => "drop capabilities from the bounding set",
             Step::CapabilityAmbient => "clear the ambient capabilities",
             Step::Capabilities => "drop capabilities (capset)",
+            Step::UserNamespace => {
+                "create a user namespace (CLONE_NEWUSER; a non-root user's sandbox needs \
+                 unprivileged user namespaces: user.max_user_namespaces, \
+                 kernel.unprivileged_userns_clone, AppArmor's \
+                 kernel.apparmor_restrict_unprivileged_userns; see `reaper doctor`)"
+            }
+            Step::UserMaps => "write the user namespace's setgroups, uid_map and gid_map",
         }
     }
 
@@ -95,6 +112,8 @@ impl Step {
             CapabilityBounding,
             CapabilityAmbient,
             Capabilities,
+            UserNamespace,
+            UserMaps,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -134,6 +153,15 @@ pub struct SandboxPlan {
     drop_indices: Vec<u8>,
     /// The same as a mask of the 64-bit capability sets.
     drop_mask: u64,
+    /// A non-root user's sandbox: the user namespace's maps, written by the child itself.
+    user: Option<UserMaps>,
+}
+
+/// `/proc/self/uid_map` and `gid_map` lines mapping the user's own ids onto themselves.
+#[derive(Debug)]
+struct UserMaps {
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
 }
 
 /// include/uapi/linux/mount.h, fcntl.h.
@@ -177,6 +205,8 @@ impl SandboxPlan {
     /// The plan for this machine: `/sys` and every cgroup mount (read from
     /// `/proc/self/mountinfo`), `/proc/sys`; `pid_namespace` when the caller clones the child
     /// with `CLONE_NEWPID`.
+    /// A non-root caller (effective uid not 0) gets a user namespace of its own first (see the
+    /// module's comment).
     pub fn new(pid_namespace: bool) -> std::io::Result<SandboxPlan> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
         let mut ro: Vec<PathBuf> = Vec::new();
@@ -202,11 +232,29 @@ impl SandboxPlan {
             pid_namespace,
             drop_indices: drop.iter().map(|c| c.index()).collect(),
             drop_mask: drop.iter().fold(0, |m, c| m | c.bitmask()),
+            user: user_maps(),
         })
     }
 
     pub fn pid_namespace(&self) -> bool {
         self.pid_namespace
+    }
+
+    /// Whether the child gets a user namespace of its own (the caller is not root).
+    pub fn user_namespace(&self) -> bool {
+        self.user.is_some()
+    }
+
+    /// The namespace flags the clone itself must carry: `CLONE_NEWPID` for a PID namespace, and
+    /// then `CLONE_NEWUSER` with it for a non-root user (the PID namespace must belong to the
+    /// user namespace, which `unshare` cannot make after the clone; [`SandboxPlan::apply`]
+    /// creates the user namespace itself otherwise).
+    pub fn clone_flags(&self) -> u64 {
+        match (self.pid_namespace, self.user.is_some()) {
+            (false, _) => 0,
+            (true, false) => libc::CLONE_NEWPID as u64,
+            (true, true) => (libc::CLONE_NEWPID | libc::CLONE_NEWUSER) as u64,
+        }
     }
 
     /// Puts the calling process into the sandbox: call it in the child after the clone (and after
@@ -227,6 +275,39 @@ impl SandboxPlan {
         // SAFETY: system calls on C strings and plain structs built before the clone (or on the
         // stack here); see `# Safety`.
         unsafe {
+            if let Some(user) = &self.user {
+                // With a PID namespace the clone made the user namespace (`clone_flags`).
+                if !self.pid_namespace && libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                    return Err(fail(Step::UserNamespace));
+                }
+                // An unprivileged writer may map only its own ids, and the gid map only once
+                // setgroups(2) is denied in the namespace (user_namespaces(7)).
+                for (file, line) in [
+                    (c"/proc/self/setgroups", &b"deny"[..]),
+                    (c"/proc/self/uid_map", &user.uid_map[..]),
+                    (c"/proc/self/gid_map", &user.gid_map[..]),
+                ] {
+                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(fail(Step::UserMaps));
+                    }
+                    let n = libc::write(fd, line.as_ptr().cast(), line.len());
+                    if n != line.len() as isize {
+                        // A short write sets no errno: the kernel took part of a map line.
+                        let e = if n < 0 {
+                            fail(Step::UserMaps)
+                        } else {
+                            StepError {
+                                step: Step::UserMaps,
+                                errno: libc::EIO,
+                            }
+                        };
+                        libc::close(fd);
+                        return Err(e);
+                    }
+                    libc::close(fd);
+                }
+            }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(fail(Step::MountNamespace));
             }
@@ -339,6 +420,20 @@ impl SandboxPlan {
         }
         Ok(())
     }
+}
+
+/// The maps for a non-root caller; `None` for root, whose sandbox needs no user namespace.
+fn user_maps() -> Option<UserMaps> {
+    let uid = rustix::process::geteuid();
+    if uid.is_root() {
+        return None;
+    }
+    let uid = uid.as_raw();
+    let gid = rustix::process::getegid().as_raw();
+    Some(UserMaps {
+        uid_map: format!("{uid} {uid} 1").into_bytes(),
+        gid_map: format!("{gid} {gid} 1").into_bytes(),
+    })
 }
 
 #[cfg(test)]

@@ -182,13 +182,7 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
 
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
-        flags: CLONE_PIDFD
-            | CLONE_INTO_CGROUP
-            | if new_pid_ns {
-                libc::CLONE_NEWPID as u64
-            } else {
-                0
-            },
+        flags: CLONE_PIDFD | CLONE_INTO_CGROUP | spec.sandbox.map_or(0, |s| s.clone_flags()),
         pidfd: &mut pidfd as *mut RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
         cgroup: spec.cgroup.as_raw_fd() as u64,
