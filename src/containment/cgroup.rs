@@ -209,9 +209,27 @@ impl CgroupBackend {
     /// in it). Without, an escapee under a live member is found once its parent dies and it is
     /// reaper's orphan.
     fn find_escapees(&self, from_members: bool) -> Vec<Escapee> {
+        let members = if from_members {
+            self.cgroup_pids()
+        } else {
+            Vec::new()
+        };
+        self.find_escapees_below(members)
+    }
+
+    /// [`Self::find_escapees`] from the subtrees of `members` (pids read from `cgroup.procs`,
+    /// possibly before a kill) and of reaper's orphans of the run. The members' children are
+    /// read first, reaper's children after: the kernel moves an orphan from its dying parent's
+    /// children to reaper's in one step (`exit_notify`, under `tasklist_lock`), so a look at the
+    /// parent followed by a look at reaper finds it in one of the two.
+    fn find_escapees_below(&self, members: Vec<i32>) -> Vec<Escapee> {
         if self.self_pid.is_none() {
             return Vec::new();
         }
+        let mut visited: HashSet<i32> = members.iter().copied().collect();
+        let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
+        let mut queue = members;
+        self.walk_down(&mut queue, &mut visited, &mut found);
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
         for e in known {
@@ -222,21 +240,23 @@ impl CgroupBackend {
                 }
             }
         }
-        let mut queue: Vec<i32> = Vec::new();
-        if from_members {
-            queue.extend(self.cgroup_pids());
-        }
-        if tops.is_empty() && queue.is_empty() {
-            return Vec::new();
-        }
-        let mut visited: HashSet<i32> = queue.iter().copied().collect();
-        let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
         for (s, cg) in tops {
             if visited.insert(s.pid) && !self.owns_path(&cg) {
                 queue.push(s.pid);
                 found.push((s, cg));
             }
         }
+        self.walk_down(&mut queue, &mut visited, &mut found);
+        self.name_escapees(found)
+    }
+
+    /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
+    fn walk_down(
+        &self,
+        queue: &mut Vec<i32>,
+        visited: &mut HashSet<i32>,
+        found: &mut Vec<(procfs::ProcStat, String)>,
+    ) {
         while let Some(p) = queue.pop() {
             for c in procfs::children(p) {
                 if !visited.insert(c) {
@@ -259,6 +279,10 @@ impl CgroupBackend {
                 found.push((s, cg));
             }
         }
+    }
+
+    /// Records escapees in `seen` at first sight, and names them.
+    fn name_escapees(&self, found: Vec<(procfs::ProcStat, String)>) -> Vec<Escapee> {
         let mut seen = self.seen();
         found
             .into_iter()
@@ -307,13 +331,15 @@ impl CgroupBackend {
 
     /// SIGSTOP every live escapee, and look again until a look finds nobody new (a stopped
     /// process cannot fork, so the set converges).
-    fn stop_escapees(&self) -> Stopped {
-        // The first look also walks the members' children: an escapee below a live member is
-        // found now, while its parent lives. Found only after the kill, it would be reparented
-        // to reaper a moment after the cgroup reads empty (the kernel leaves the cgroup before
-        // it hands the children over), and could be missed.
-        super::sweep::stop(|round| {
-            self.find_escapees(round == 0)
+    fn stop_escapees(&self, members: Vec<i32>) -> Stopped {
+        let mut first = Some(members);
+        super::sweep::stop(|_round| {
+            // The first look also walks the members' children: an escapee below a member is
+            // found there while its parent lives, or in reaper's children, read after, once
+            // the parent has died. Without it, it would be reparented to reaper a moment after
+            // the cgroup reads empty (the kernel leaves the cgroup before it hands the children
+            // over), and could be missed.
+            self.find_escapees_below(first.take().unwrap_or_default())
                 .into_iter()
                 .map(|e| e.member)
                 .collect()
@@ -481,14 +507,17 @@ impl Containment for CgroupBackend {
         reached
     }
 
-    /// Escapees first: stopped until no new one appears (none of them can fork then), then
-    /// the cgroup is killed, then the escapees through their pidfds. One a member forks and
-    /// moves out after that first look is found once the kill has orphaned it, by the run
-    /// layer's next sweep.
+    /// With `cgroup.kill`: the members read, the cgroup killed, then the escapees below those
+    /// members and reaper's orphans stopped until no new one appears (none of them can fork
+    /// then) and killed through their pidfds. Killing first keeps a fork storm from growing
+    /// during the walk (a look at every member's children, longer than the kill for a large
+    /// tree); walking from the members read before the kill still finds an escapee whose
+    /// parent has already left the cgroup. Without `cgroup.kill`: escapees stopped first, then
+    /// one pidfd SIGKILL each. One a member forks and moves out after the walk is found once
+    /// the kill has orphaned it, by the run layer's next sweep.
     fn kill_all(&self) -> Vec<Member> {
         self.killing.store(true, Ordering::Relaxed);
-        let escapees = self.stop_escapees();
-        let mut killed = if self.cgroup.has_kill() {
+        let (mut killed, escapees) = if self.cgroup.has_kill() {
             // Kill first, describe after: reading /proc/PID/stat for a thousand processes takes
             // longer than the kill, and the tree keeps running meanwhile. The pids are only
             // counted, so cgroup.procs alone names them (no start time, no name).
@@ -496,19 +525,23 @@ impl Containment for CgroupBackend {
             if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
                 tracing::warn!("{e}");
             }
-            pids.into_iter()
+            let escapees = self.stop_escapees(pids.clone());
+            let killed = pids
+                .into_iter()
                 .map(|pid| Member {
                     pid,
                     starttime: 0,
                     comm: String::new(),
                 })
-                .collect()
+                .collect();
+            (killed, escapees)
         } else {
             // Before Linux 5.14 there is no cgroup.kill; one pidfd SIGKILL each, and the run
             // layer repeats the sweep until the cgroup is empty.
+            let escapees = self.stop_escapees(self.cgroup_pids());
             let before = self.in_cgroup();
             self.signal_all(Signal::KILL);
-            before
+            (before, escapees)
         };
         let mut signalled = self.killed.lock().unwrap_or_else(|e| e.into_inner());
         for m in escapees.kill() {

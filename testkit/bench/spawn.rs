@@ -57,7 +57,7 @@ fn run_plain(cmd: &Cmd, join: Join, io: &Stdio) -> Result<(), String> {
     }
 }
 
-fn stdio(s: &Setup) -> Stdio {
+pub fn stdio(s: &Setup) -> Stdio {
     let null = s.null.as_raw_fd();
     Stdio {
         stdin: null,
