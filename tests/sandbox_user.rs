@@ -14,7 +14,6 @@ mod common;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
-use std::time::Duration;
 
 use common::*;
 
@@ -46,19 +45,7 @@ impl DelegatedCgroup {
 
 impl Drop for DelegatedCgroup {
     fn drop(&mut self) {
-        let _ = std::fs::write(self.0.join("cgroup.kill"), "1");
-        // The killed processes leave the cgroup only once dead; rmdir says EBUSY until then.
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            match reaper_platform::linux::cgroup::Cgroup::at(&self.0).remove_subtree() {
-                Ok(()) => break,
-                Err(e) if std::time::Instant::now() >= deadline => {
-                    eprintln!("could not remove test cgroup {}: {e}", self.0.display());
-                    break;
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(20)),
-            }
-        }
+        remove_test_cgroup(&self.0);
     }
 }
 

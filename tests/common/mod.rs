@@ -358,6 +358,24 @@ pub fn wait_with_deadline(child: &mut Child, within: Duration) -> std::process::
     }
 }
 
+/// Kills everything in a cgroup a test created and removes it with its subtree (relative to dir
+/// fds, so a subtree deeper than PATH_MAX goes too). The killed processes leave the cgroup only
+/// once dead, and rmdir says EBUSY until then: retried for up to 5 s, then reported.
+pub fn remove_test_cgroup(dir: &Path) {
+    let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match reaper_platform::linux::cgroup::Cgroup::at(dir).remove_subtree() {
+            Ok(()) => break,
+            Err(e) if Instant::now() >= deadline => {
+                eprintln!("could not remove test cgroup {}: {e}", dir.display());
+                break;
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+}
+
 /// Checks `cond` every 10 ms until it holds or `within` has passed; says whether it held.
 pub fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
