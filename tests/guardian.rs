@@ -11,9 +11,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_support::{fake_codex, Collector, Server, REAPER};
+use mcp_support::Server;
 use rmcp::model::{CallToolRequestParams, ClientRequest, ServerResult};
-use rmcp::ServiceExt;
 use serde_json::json;
 
 /// Slack on top of every bound the promise itself sets (a shared, noisy machine).
@@ -21,39 +20,15 @@ const SLACK: Duration = Duration::from_secs(3);
 
 /// `reaper mcp ARGS` with fake-codex, its stderr going to `log`.
 async fn start_logged(args: &[&str], log: &Path) -> Server {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let pids = dir.path().join("pids");
     let stderr = std::fs::File::create(log).expect("a log file");
-    let mut child = tokio::process::Command::new(REAPER)
-        .arg("mcp")
-        .args(args)
-        .env("CODEX_CMD", fake_codex())
-        .env("FAKE_CODEX_PIDS", &pids)
-        .env("RUST_LOG", "warn")
-        .env_remove("REAPER_TIMEOUT")
-        .env_remove("CODEX_CLI_MCP_SLIM_TIMEOUT")
-        .env_remove("REAPER_PROGRESS_INTERVAL")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .kill_on_drop(true)
-        .spawn()
-        .expect("reaper mcp starts");
-    let stdin = child.stdin.take().expect("piped stdin");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let collector = Collector::default();
-    let progress = collector.progress.clone();
-    let client = tokio::time::timeout(Duration::from_secs(10), collector.serve((stdout, stdin)))
-        .await
-        .expect("initialize within 10 s")
-        .expect("initialize succeeds");
-    Server {
-        child,
-        client,
-        progress,
-        pids,
-        dir,
-    }
+    mcp_support::start_with_stderr(
+        mcp_support::Options {
+            args,
+            env: &[("RUST_LOG", "warn")],
+        },
+        stderr.into(),
+    )
+    .await
 }
 
 /// The guardian of reaper `pid`: its child running `reaper guardian PID START`.

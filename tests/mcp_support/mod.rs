@@ -59,6 +59,11 @@ pub struct Options<'a> {
 
 /// `reaper mcp ARGS` with `CODEX_CMD=fake-codex`, initialized.
 pub async fn start(opts: Options<'_>) -> Server {
+    start_with_stderr(opts, Stdio::inherit()).await
+}
+
+/// [`start`], with the server's stderr going to `stderr` (a log file a test reads).
+pub async fn start_with_stderr(opts: Options<'_>, stderr: Stdio) -> Server {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let pids = dir.path().join("pids");
     let mut cmd = Command::new(REAPER);
@@ -72,7 +77,7 @@ pub async fn start(opts: Options<'_>) -> Server {
         .envs(opts.env.iter().copied())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
+        .stderr(stderr)
         .kill_on_drop(true);
     let mut child = cmd.spawn().expect("reaper mcp starts");
     let stdin = child.stdin.take().expect("piped stdin");
