@@ -22,7 +22,7 @@ pub struct DoctorArgs {
         default_value = "auto",
         value_name = "WHEN"
     )]
-    pub delegate: crate::run::DelegateMode,
+    pub delegate: crate::containment::select::DelegateMode,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -148,7 +148,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         Err(e) => Some(format!("cannot start the async runtime: {e}")),
     };
     match setup::discover() {
-        Err(e) => r.cgroup_error = Some(e),
+        Err(e) => r.cgroup_error = Some(e.to_string()),
         Ok(env) => {
             r.cgroup_mode = if env.hybrid { "hybrid" } else { "unified" };
             r.cgroup2_mount = Some(env.mount.mount_point.display().to_string());
@@ -158,7 +158,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
             r.controllers = own.controllers().unwrap_or_default();
             r.subtree_control = own.subtree_control().unwrap_or_default();
             let placement = match refused {
-                Some(why) => Err(why),
+                Some(why) => Err(crate::containment::Error::new(why)),
                 None => env.placement(None),
             };
             if let Ok(p) = &placement {
@@ -182,7 +182,8 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                             .push(format!("could not remove the test cgroup: {e}"));
                     }
                 }
-                Err(e) => r.cgroup_error = Some(e.replace("; run `reaper doctor`", "")),
+                // doctor is what the hint would send the user to: the message without it.
+                Err(e) => r.cgroup_error = Some(e.what().to_owned()),
             }
         }
     }
@@ -400,7 +401,7 @@ fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placemen
         }
     }
     // The reasons repeat per controller when they are the host's: one suffices.
-    r.limits_error = errors.into_iter().next();
+    r.limits_error = errors.into_iter().next().map(|e| e.to_string());
 }
 
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if

@@ -294,7 +294,7 @@ pub(super) fn spawn(
     let plan = match sandbox {
         None => None,
         Some(mode) => {
-            if backend.clone_into_cgroup().is_none() {
+            if !backend.capabilities().spawns_leader_inside {
                 return Err(refused(format!(
                     "--sandbox needs the cgroup backend (its cgroup namespace is rooted at the \
                      run's cgroup); this run has the {} backend: run `reaper doctor`",
