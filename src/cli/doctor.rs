@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::containment::{select, BackendKind};
+
 #[cfg(target_os = "linux")]
 use crate::containment::setup;
 #[cfg(target_os = "linux")]
@@ -108,7 +110,7 @@ pub struct Container {
 }
 
 #[cfg(target_os = "linux")]
-pub fn probe(delegate: crate::run::DelegateMode) -> Report {
+pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -211,8 +213,15 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                 .into(),
         );
     }
-    if r.cgroup_writable && r.pidfd {
-        r.auto_backend = "cgroup";
+    let auto = select::auto_choice(select::Found {
+        run_cgroup: r.cgroup_writable,
+        subreaper: r.subreaper,
+        pidfd: r.pidfd,
+        pgid: r.pgid,
+    });
+    r.auto_backend = auto.map_or("none", BackendKind::as_str);
+    // The words for each choice (display only: the choice is selection's).
+    if auto == Some(BackendKind::Cgroup) {
         r.why = format!(
             "run cgroups can be created under {} ({} cgroup2 at {})",
             r.own_cgroup_dir.as_deref().unwrap_or("?"),
@@ -222,9 +231,8 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         if !r.cgroup_kill {
             r.hints.push("cgroup.kill is missing (Linux < 5.14): reaper kills each process through its pidfd instead, which a fork storm can outrun for a moment".into());
         }
-    } else if r.subreaper && r.pidfd {
+    } else if auto == Some(BackendKind::Subreaper) {
         r.without_cgroup = Some(without_cgroup(r.pgid));
-        r.auto_backend = "subreaper";
         r.why = format!(
             "no run cgroup: {}",
             r.cgroup_error.as_deref().unwrap_or("pidfd unavailable")
@@ -238,7 +246,6 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
             )
         });
     } else {
-        r.auto_backend = "none";
         r.why = "neither a writable cgroup nor pidfds/subreaper are available".into();
         r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
     }
@@ -407,7 +414,7 @@ fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placemen
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
 /// `/bin/ps` can list the processes.
 #[cfg(not(target_os = "linux"))]
-pub fn probe(_delegate: crate::run::DelegateMode) -> Report {
+pub fn probe(_delegate: crate::containment::select::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -424,8 +431,12 @@ pub fn probe(_delegate: crate::run::DelegateMode) -> Report {
         }
         Err(e) => r.why = format!("the pgid backend has no process table here: {e}"),
     }
-    if r.pgid {
-        r.auto_backend = "pgid";
+    let auto = select::auto_choice(select::Found {
+        pgid: r.pgid,
+        ..Default::default()
+    });
+    r.auto_backend = auto.map_or("none", BackendKind::as_str);
+    if auto.is_some() {
         r.why = "macOS has no cgroups and no child subreaper: the leader gets a process group \
                  of its own, and the process table (/bin/ps) is read every --poll (50ms) to \
                  follow every process group and session the tree enters"

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 #[cfg(target_os = "linux")]
 use super::{limits, setup};
-use super::{Backend, Containment, Error};
+use super::{Backend, BackendKind, Containment, Error};
 use crate::containment;
 use crate::guardian::Guardian;
 
@@ -200,6 +200,42 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
             }),
         },
     }
+}
+
+/// What a machine offers, as `reaper doctor` found it by trying (a run cgroup really created
+/// and removed, the subreaper really asked for).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Found {
+    /// A run cgroup could be created.
+    pub run_cgroup: bool,
+    /// reaper could become a child subreaper.
+    pub subreaper: bool,
+    /// pidfds work: every run watches its leader through one (`Run::start` refuses without).
+    pub pidfd: bool,
+    /// The pgid backend can read the process table (auto's pick on macOS only: on Linux it is
+    /// the weakest backend, asked for by name).
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    pub pgid: bool,
+}
+
+/// The backend `--containment auto` picks given `found` (without limits), in [`contain`]'s
+/// order: the cgroup backend, else the subreaper (Linux); the pgid backend (macOS). `None`:
+/// no run can start here.
+pub fn auto_choice(found: Found) -> Option<BackendKind> {
+    #[cfg(target_os = "linux")]
+    {
+        if !found.pidfd {
+            None
+        } else if found.run_cgroup {
+            Some(BackendKind::Cgroup)
+        } else if found.subreaper {
+            Some(BackendKind::Subreaper)
+        } else {
+            None
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    found.pgid.then_some(BackendKind::Pgid)
 }
 
 /// The subreaper and pgid backends find the tree in `/proc` by the pids it lists: under a
