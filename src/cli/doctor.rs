@@ -170,7 +170,7 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
                     r.cgroup_kill = b.cgroup().has_kill();
-                    match crate::run::command::probe_clone3(b.dir_fd()) {
+                    match crate::containment::spawn::probe_clone3(b.dir_fd()) {
                         Ok(()) => r.clone_into_cgroup = true,
                         Err(e) => r.hints.push(format!(
                             "clone3(CLONE_INTO_CGROUP) {e} (Linux 5.7+, not filtered by seccomp): leaders join through cgroup.procs instead, ~10 ms slower per run"
@@ -267,7 +267,7 @@ const SANDBOX_PARTS: &[&str] = &[
 /// which part the kernel refused.
 #[cfg(target_os = "linux")]
 fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
-    use crate::run::command::{probe_sandbox, ProbeError};
+    use crate::containment::spawn::{probe_sandbox, ProbeError};
     use reaper_platform::linux::sandbox::Step;
     let part_of = |s: Step| match s {
         Step::MountNamespace => 0,

@@ -24,6 +24,8 @@ pub mod select;
 #[cfg(target_os = "linux")]
 pub mod setup;
 #[cfg(target_os = "linux")]
+pub mod spawn;
+#[cfg(target_os = "linux")]
 pub mod subreaper;
 mod sweep;
 
@@ -211,7 +213,7 @@ impl Backend {
     }
 
     /// The run cgroup's directory, for a leader created inside it by
-    /// `clone3(CLONE_INTO_CGROUP)` (see `run::command`).
+    /// `clone3(CLONE_INTO_CGROUP)` (see [`spawn`]).
     #[cfg(target_os = "linux")]
     pub fn clone_into_cgroup(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {
