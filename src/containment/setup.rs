@@ -442,7 +442,8 @@ mod tests {
         }
         let err = env
             .placement_checked(Some(Path::new("missing")), any_fs)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("--cgroup-parent missing is not a cgroup2 directory (")
                 && err.contains("mkdir"),
@@ -451,7 +452,10 @@ mod tests {
         // Issue 10 item 2: `..` that leaves the mount is refused, whatever is there.
         std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
         let outside = tmp.join("ci/../..");
-        let err = env.placement_checked(Some(&outside), any_fs).unwrap_err();
+        let err = env
+            .placement_checked(Some(&outside), any_fs)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&format!("{} is not a cgroup2 directory", outside.display()))
                 && err.contains("outside the mount"),
@@ -460,7 +464,8 @@ mod tests {
         // …and so is a directory under it that is not on the cgroup2 file system.
         let err = env
             .placement_checked(Some(Path::new("ci")), |_| Ok(false))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("ci is not a cgroup2 directory")
                 && err.contains("not on the cgroup2 file system"),
@@ -513,7 +518,8 @@ mod tests {
             claims.push(cg.try_lock_owner().unwrap());
             Ok(cg)
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(claims.len(), CLAIM_ATTEMPTS);
         assert!(
             err.contains("stale-cgroup sweep") && err.contains("try again"),
