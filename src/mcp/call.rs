@@ -322,10 +322,8 @@ pub async fn run(
 /// Whether concurrent calls get trees of their own (see [`crate::containment::select::isolated`]:
 /// when `auto` got a cgroup, the calls are pinned to `cgroup`). Fails when the server has limits
 /// (`--memory-max`…) and no call could get them.
-pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, String> {
-    crate::containment::select::isolated(opts)
-        .await
-        .map_err(|e| e.to_string())
+pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, crate::containment::Error> {
+    crate::containment::select::isolated(opts).await
 }
 
 /// Python's `returncode`: the exit code, or minus the signal that killed the process.
