@@ -205,6 +205,8 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
 /// What a machine offers, as `reaper doctor` found it by trying (a run cgroup really created
 /// and removed, the subreaper really asked for).
 #[derive(Debug, Clone, Copy, Default)]
+// macOS reads `pgid` alone: it has no cgroups, no subreaper and no pidfd.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub struct Found {
     /// A run cgroup could be created.
     pub run_cgroup: bool,

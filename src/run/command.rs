@@ -12,7 +12,7 @@ use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
 use super::{Pipes, SandboxMode};
-use crate::containment::{self, Backend, Containment};
+use crate::containment::{Backend, Containment};
 
 /// `--sandbox` could not be set up as asked: the run does not start (exit 125), rather than
 /// start weaker than asked.
@@ -314,8 +314,8 @@ pub(super) fn spawn(
         }
     };
     #[cfg(target_os = "linux")]
-    if let Some(dir) = containment::spawn::clone_target(backend) {
-        use containment::spawn::Error;
+    if let Some(dir) = crate::containment::spawn::clone_target(backend) {
+        use crate::containment::spawn::Error;
         match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
             Ok(s) => return Ok(s),
             Err(Error::Sandbox(e)) => {
@@ -330,7 +330,7 @@ pub(super) fn spawn(
                     "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
                 )));
             }
-            Err(Error::Unsupported(e)) => containment::spawn::give_up(&e),
+            Err(Error::Unsupported(e)) => crate::containment::spawn::give_up(&e),
             Err(Error::CgroupRefused(e)) => {
                 tracing::debug!("clone3 into the run cgroup refused ({e}); trying cgroup.procs");
             }
