@@ -297,3 +297,33 @@ pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, Error> {
     }
     Ok(apart)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `doctor` says what `contain` would pick: the cgroup backend first, then the subreaper,
+    /// and nothing without pidfds (Linux); the pgid backend on macOS.
+    #[test]
+    fn auto_picks_in_contains_order() {
+        let found = |run_cgroup, subreaper, pidfd| Found {
+            run_cgroup,
+            subreaper,
+            pidfd,
+            pgid: true,
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let pick = |f| auto_choice(f).map(BackendKind::as_str);
+            assert_eq!(pick(found(true, true, true)), Some("cgroup"));
+            assert_eq!(pick(found(false, true, true)), Some("subreaper"));
+            assert_eq!(pick(found(false, false, true)), None);
+            assert_eq!(pick(found(true, true, false)), None);
+        }
+        #[cfg(not(target_os = "linux"))]
+        assert_eq!(
+            auto_choice(found(false, false, false)),
+            Some(BackendKind::Pgid)
+        );
+    }
+}
