@@ -25,6 +25,9 @@ pub enum Kind {
     /// The leader could not enter the run's cgroup between fork and exec (the join's write to
     /// `cgroup.procs` failed); nothing of the command ran.
     JoinFailed,
+    /// `--cgroup-parent` is not a cgroup2 directory under the mount: the caller's mistake, not
+    /// a host without cgroups (so `auto` does not fall back).
+    ParentRefused,
 }
 
 /// `run `reaper doctor``: what to do when the machine's setup is the likely cause.
@@ -69,6 +72,12 @@ impl Error {
     /// What to do, shown after the message (`…; run `reaper doctor``).
     pub fn hint(mut self, hint: &'static str) -> Self {
         self.hint = Some(hint);
+        self
+    }
+
+    /// The same error, of kind `kind`.
+    pub fn of_kind(mut self, kind: Kind) -> Self {
+        self.kind = kind;
         self
     }
 

@@ -188,7 +188,7 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
         Requested::Auto => match cgroup().await {
             // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
             // a host without cgroups: refused (and nothing created) rather than a fallback.
-            Err(why) if opts.cgroup_parent.is_some() && placement_refused(opts) => Err(why),
+            Err(why) if why.kind() == super::error::Kind::ParentRefused => Err(why),
             Ok(b) => Ok((Backend::Cgroup(b), None)),
             // No fallback: the subreaper cannot enforce a limit.
             Err(why) if !opts.limits.is_empty() => Err(why),
@@ -254,12 +254,6 @@ fn foreign_proc(backend: &str) -> Result<(), Error> {
         .into());
     }
     Ok(())
-}
-
-/// Whether `--cgroup-parent` itself is what the cgroup backend refused.
-#[cfg(target_os = "linux")]
-fn placement_refused(opts: &ContainOpts) -> bool {
-    setup::discover().is_ok_and(|env| env.placement(opts.cgroup_parent.as_deref()).is_err())
 }
 
 /// Stale cgroups are swept once per reaper process, under the first parent it uses.

@@ -17,7 +17,7 @@ use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
 
 use super::cgroup::CgroupBackend;
-use super::error::{Error, RUN_DOCTOR};
+use super::error::{Error, Kind, RUN_DOCTOR};
 
 /// What reaper found out about the cgroup2 hierarchy it runs in.
 #[derive(Debug, Clone)]
@@ -33,13 +33,14 @@ pub struct CgroupEnv {
 
 /// Finds the cgroup2 mount and reaper's cgroup in it.
 pub fn discover() -> Result<CgroupEnv, Error> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
+        Error::io("cannot read /proc/self/mountinfo", &e).on("/proc/self/mountinfo")
+    })?;
     let mount = mountinfo::find_cgroup2_mount(&mi).ok_or_else(|| {
         "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)".to_owned()
     })?;
     let pc = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        .map_err(|e| Error::io("cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup"))?;
     let mut own_path = mountinfo::unified_cgroup_path(&pc)
         .ok_or_else(|| "/proc/self/cgroup has no cgroup v2 (0::) line".to_owned())?;
     // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
@@ -104,12 +105,14 @@ impl CgroupEnv {
             Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
         let refuse = |why: String| {
-            format!(
+            Error::new(format!(
                 "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
                  the cgroup2 mount {} (create it first: mkdir)",
                 requested.display(),
                 mp.display()
-            )
+            ))
+            .on(requested)
+            .of_kind(Kind::ParentRefused)
         };
         // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
         // `..` reaches the run cgroup's path or the report.
@@ -127,31 +130,23 @@ impl CgroupEnv {
         })?;
         let mount_dir = std::fs::canonicalize(mp).unwrap_or_else(|_| mp.clone());
         let Ok(rel) = dir.strip_prefix(&mount_dir) else {
-            return Err(Error::from(refuse(format!(
+            return Err(refuse(format!(
                 "it resolves to {}, outside the mount",
                 dir.display()
-            ))));
+            )));
         };
         if !dir.is_dir() {
-            return Err(Error::from(refuse(format!(
-                "{} is not a directory",
-                dir.display()
-            ))));
+            return Err(refuse(format!("{} is not a directory", dir.display())));
         }
         match is_cgroup2(&dir) {
             Ok(true) => {}
             Ok(false) => {
-                return Err(Error::from(refuse(format!(
+                return Err(refuse(format!(
                     "{} is not on the cgroup2 file system",
                     dir.display()
-                ))))
+                )))
             }
-            Err(e) => {
-                return Err(Error::from(refuse(format!(
-                    "statfs {}: {e}",
-                    dir.display()
-                ))))
-            }
+            Err(e) => return Err(refuse(format!("statfs {}: {e}", dir.display()))),
         }
         let rel = rel.to_string_lossy();
         let root = self.mount.root.trim_end_matches('/');
