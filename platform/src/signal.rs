@@ -14,17 +14,6 @@ use crate::linux::cgroupfs;
 use crate::linux::pidfd::Pidfd;
 use crate::process::Handle;
 
-/// How [`to_handle`] reaches a process, for event logs: `pidfd` (Linux) or `pid` (macOS).
-#[cfg(target_os = "linux")]
-pub const VIA_HANDLE: &str = "pidfd";
-/// The same, after `killpg` to the remembered process groups (the pgid backend).
-#[cfg(target_os = "linux")]
-pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pidfd";
-#[cfg(target_os = "macos")]
-pub const VIA_HANDLE: &str = "pid";
-#[cfg(target_os = "macos")]
-pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pid";
-
 /// What happened to a signal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

@@ -2,6 +2,8 @@
 
 use serde::Serialize;
 
+use crate::containment::{select, BackendKind};
+
 #[cfg(target_os = "linux")]
 use crate::containment::setup;
 #[cfg(target_os = "linux")]
@@ -22,7 +24,7 @@ pub struct DoctorArgs {
         default_value = "auto",
         value_name = "WHEN"
     )]
-    pub delegate: crate::run::DelegateMode,
+    pub delegate: crate::containment::select::DelegateMode,
 }
 
 #[derive(Debug, Default, Serialize)]
@@ -108,7 +110,7 @@ pub struct Container {
 }
 
 #[cfg(target_os = "linux")]
-pub fn probe(delegate: crate::run::DelegateMode) -> Report {
+pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -148,7 +150,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         Err(e) => Some(format!("cannot start the async runtime: {e}")),
     };
     match setup::discover() {
-        Err(e) => r.cgroup_error = Some(e),
+        Err(e) => r.cgroup_error = Some(e.to_string()),
         Ok(env) => {
             r.cgroup_mode = if env.hybrid { "hybrid" } else { "unified" };
             r.cgroup2_mount = Some(env.mount.mount_point.display().to_string());
@@ -158,7 +160,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
             r.controllers = own.controllers().unwrap_or_default();
             r.subtree_control = own.subtree_control().unwrap_or_default();
             let placement = match refused {
-                Some(why) => Err(why),
+                Some(why) => Err(crate::containment::Error::new(why)),
                 None => env.placement(None),
             };
             if let Ok(p) = &placement {
@@ -168,7 +170,7 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
                     r.cgroup_kill = b.cgroup().has_kill();
-                    match crate::run::command::probe_clone3(b.dir_fd()) {
+                    match crate::containment::spawn::probe_clone3(b.dir_fd()) {
                         Ok(()) => r.clone_into_cgroup = true,
                         Err(e) => r.hints.push(format!(
                             "clone3(CLONE_INTO_CGROUP) {e} (Linux 5.7+, not filtered by seccomp): leaders join through cgroup.procs instead, ~10 ms slower per run"
@@ -182,7 +184,8 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                             .push(format!("could not remove the test cgroup: {e}"));
                     }
                 }
-                Err(e) => r.cgroup_error = Some(e.replace("; run `reaper doctor`", "")),
+                // doctor is what the hint would send the user to: the message without it.
+                Err(e) => r.cgroup_error = Some(e.what().to_owned()),
             }
         }
     }
@@ -210,8 +213,15 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
                 .into(),
         );
     }
-    if r.cgroup_writable && r.pidfd {
-        r.auto_backend = "cgroup";
+    let auto = select::auto_choice(select::Found {
+        run_cgroup: r.cgroup_writable,
+        subreaper: r.subreaper,
+        pidfd: r.pidfd,
+        pgid: r.pgid,
+    });
+    r.auto_backend = auto.map_or("none", BackendKind::as_str);
+    // The words for each choice (display only: the choice is selection's).
+    if auto == Some(BackendKind::Cgroup) {
         r.why = format!(
             "run cgroups can be created under {} ({} cgroup2 at {})",
             r.own_cgroup_dir.as_deref().unwrap_or("?"),
@@ -221,9 +231,8 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
         if !r.cgroup_kill {
             r.hints.push("cgroup.kill is missing (Linux < 5.14): reaper kills each process through its pidfd instead, which a fork storm can outrun for a moment".into());
         }
-    } else if r.subreaper && r.pidfd {
+    } else if auto == Some(BackendKind::Subreaper) {
         r.without_cgroup = Some(without_cgroup(r.pgid));
-        r.auto_backend = "subreaper";
         r.why = format!(
             "no run cgroup: {}",
             r.cgroup_error.as_deref().unwrap_or("pidfd unavailable")
@@ -237,7 +246,6 @@ pub fn probe(delegate: crate::run::DelegateMode) -> Report {
             )
         });
     } else {
-        r.auto_backend = "none";
         r.why = "neither a writable cgroup nor pidfds/subreaper are available".into();
         r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
     }
@@ -259,7 +267,7 @@ const SANDBOX_PARTS: &[&str] = &[
 /// which part the kernel refused.
 #[cfg(target_os = "linux")]
 fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
-    use crate::run::command::{probe_sandbox, ProbeError};
+    use crate::containment::spawn::{probe_sandbox, ProbeError};
     use reaper_platform::linux::sandbox::Step;
     let part_of = |s: Step| match s {
         Step::MountNamespace => 0,
@@ -400,13 +408,13 @@ fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placemen
         }
     }
     // The reasons repeat per controller when they are the host's: one suffices.
-    r.limits_error = errors.into_iter().next();
+    r.limits_error = errors.into_iter().next().map(|e| e.to_string());
 }
 
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
 /// `/bin/ps` can list the processes.
 #[cfg(not(target_os = "linux"))]
-pub fn probe(_delegate: crate::run::DelegateMode) -> Report {
+pub fn probe(_delegate: crate::containment::select::DelegateMode) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -423,8 +431,12 @@ pub fn probe(_delegate: crate::run::DelegateMode) -> Report {
         }
         Err(e) => r.why = format!("the pgid backend has no process table here: {e}"),
     }
-    if r.pgid {
-        r.auto_backend = "pgid";
+    let auto = select::auto_choice(select::Found {
+        pgid: r.pgid,
+        ..Default::default()
+    });
+    r.auto_backend = auto.map_or("none", BackendKind::as_str);
+    if auto.is_some() {
         r.why = "macOS has no cgroups and no child subreaper: the leader gets a process group \
                  of its own, and the process table (/bin/ps) is read every --poll (50ms) to \
                  follow every process group and session the tree enters"

@@ -26,7 +26,7 @@ use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalK
 use tokio::time::Instant;
 
 use super::sweep::Stopped;
-use super::{BackendKind, Containment, Escapee, Member};
+use super::{limits, BackendKind, Capabilities, Containment, Error, Escapee, Kept, Member};
 
 /// A run cgroup this reaper process holds now.
 struct LiveRun {
@@ -70,7 +70,7 @@ fn within(cg: &str, run: &str) -> bool {
 
 /// errno a failed cgroup join reports from `pre_exec`, so the spawn error is not mistaken for
 /// a missing program (ENOENT) or an unexecutable one (EACCES).
-pub const JOIN_FAILED_ERRNO: i32 = rustix::io::Errno::NOTRECOVERABLE.raw_os_error();
+const JOIN_FAILED_ERRNO: i32 = rustix::io::Errno::NOTRECOVERABLE.raw_os_error();
 
 pub struct CgroupBackend {
     cgroup: Cgroup,
@@ -114,12 +114,8 @@ impl Drop for CgroupBackend {
 
 impl CgroupBackend {
     /// `owner_lock`: the cgroup's directory, locked by [`Cgroup::try_lock_owner`].
-    pub fn new(
-        cgroup: Cgroup,
-        hierarchy_path: String,
-        owner_lock: OwnedFd,
-    ) -> Result<Self, String> {
-        let procs_fd = cgroup.open_procs_for_join().map_err(|e| e.to_string())?;
+    pub fn new(cgroup: Cgroup, hierarchy_path: String, owner_lock: OwnedFd) -> Result<Self, Error> {
+        let procs_fd = cgroup.open_procs_for_join()?;
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         {
             let mut live = live();
@@ -353,18 +349,24 @@ impl CgroupBackend {
     /// Hands the processes over to the user, still running, in a new cgroup named out of
     /// reaper's run-cgroup scheme (`reaper-kept-…`) so no stale-cgroup sweep kills them.
     /// cgroup v2 cannot rename a cgroup (EPERM), so they are moved, with the source frozen.
-    pub fn keep(&mut self) -> Result<std::path::PathBuf, String> {
+    fn keep_in_new_cgroup(&mut self) -> Result<std::path::PathBuf, Error> {
         let parent = self
             .cgroup
             .path()
             .parent()
-            .ok_or("run cgroup has no parent")?
+            .ok_or_else(|| {
+                Error::new(format!(
+                    "run cgroup {} has no parent",
+                    self.cgroup.path().display()
+                ))
+                .on(self.cgroup.path())
+            })?
             .to_owned();
         let name = format!(
             "reaper-kept-{}",
             self.cgroup.name().trim_start_matches("reaper-")
         );
-        let kept = Cgroup::create(&parent, &name).map_err(|e| e.to_string())?;
+        let kept = Cgroup::create(&parent, &name)?;
         // Frozen processes cannot fork, so the set being moved holds still; each thaws as it
         // lands in the (unfrozen) kept cgroup.
         if let Err(e) = self.cgroup.freeze(true) {
@@ -434,6 +436,21 @@ impl CgroupBackend {
 impl Containment for CgroupBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // No cgroup.kill before Linux 5.14: then a per-pid sweep, which a fork can outrun.
+            atomic_kill: self.cgroup.has_kill(),
+            exact_emptiness: true,
+            isolates_concurrent_runs: true,
+            spawns_leader_inside: true,
+            leader_owns_group: false,
+        }
+    }
+
+    fn kill_label(&self) -> &'static str {
+        "cgroup.kill"
     }
 
     fn prepare(&self, cmd: &mut Command) {
@@ -612,15 +629,33 @@ impl Containment for CgroupBackend {
         }
     }
 
-    fn release(&mut self) -> Result<(), String> {
+    fn release(&mut self) -> Result<(), Error> {
         if self.released {
             return Ok(());
         }
         // Children first, relative to directory fds: the tree may have nested sub-cgroups
         // past PATH_MAX.
-        self.cgroup.remove_subtree().map_err(|e| e.to_string())?;
+        self.cgroup.remove_subtree()?;
         self.released = true;
         Ok(())
+    }
+
+    fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {
+        let at = self.keep_in_new_cgroup()?;
+        // The kept cgroup is fresh: the run's limits go with its processes.
+        let unlimited = limits::apply(&Cgroup::at(&at), limits).err();
+        Ok(Kept {
+            at: Some(at),
+            unlimited,
+        })
+    }
+
+    fn spawn_error(&self, e: std::io::Error) -> std::io::Error {
+        if e.raw_os_error() == Some(JOIN_FAILED_ERRNO) {
+            std::io::Error::other(Error::join_failed())
+        } else {
+            e
+        }
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use reaper_platform::linux::systemd::{self, Bus, Manager};
 use tokio::sync::OnceCell;
 
-pub use crate::run::DelegateMode as Mode;
+pub use super::select::DelegateMode as Mode;
 
 /// What the delegation step did.
 #[derive(Debug, Clone)]

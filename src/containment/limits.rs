@@ -113,6 +113,7 @@ mod linux {
 
     use super::{and, Limits, Usage};
     use crate::containment::setup::{CgroupEnv, Placement};
+    use crate::containment::Error;
 
     /// Whether reaper may enable controllers in the placement, and if not, why.
     pub enum Ownership {
@@ -146,11 +147,11 @@ mod linux {
         env: &CgroupEnv,
         placement: &Placement,
         ownership: Ownership,
-    ) -> Result<Vec<&'static str>, String> {
+    ) -> Result<Vec<&'static str>, Error> {
         let parent = Cgroup::at(&placement.dir);
         let needed = limits.controllers();
-        let available = parent.controllers().map_err(|e| e.to_string())?;
-        let enabled = parent.subtree_control().map_err(|e| e.to_string())?;
+        let available = parent.controllers()?;
+        let enabled = parent.subtree_control()?;
         let missing: Vec<_> = needed
             .iter()
             .filter(|(c, _)| !available.iter().any(|a| a == c))
@@ -198,7 +199,8 @@ mod linux {
                 "{flags} {need} the cgroup v2 {names} {ctl}, which {is} not available in {dir} \
                  (its cgroup.controllers lists: {listed}); {todo}; a limit is never dropped, so \
                  the run did not start"
-            ));
+            )
+            .into());
         }
         let to_enable: Vec<&'static str> = needed
             .iter()
@@ -226,14 +228,15 @@ mod linux {
                  systemd, which delegates a scope to it; a limit is never dropped, so the run \
                  did not start",
                 and(to_enable.iter().copied())
-            ));
+            )
+            .into());
         }
         Ok(to_enable)
     }
 
     /// Enables `names` for the children of the placement. reaper must not live there itself
     /// (see `setup::ensure_leaf`, which runs first).
-    pub fn enable(placement: &Placement, names: &[&str]) -> Result<(), String> {
+    pub fn enable(placement: &Placement, names: &[&str]) -> Result<(), Error> {
         controllers::enable(&Cgroup::at(&placement.dir), names).map_err(|e| {
             let busy = if e.is_busy() {
                 " (processes other than reaper live in that cgroup: the kernel enables \
@@ -242,12 +245,17 @@ mod linux {
             } else {
                 ""
             };
-            format!("cannot enable the controllers for the limits: {e}{busy}")
+            let errno = e.source.raw_os_error();
+            Error::new(format!(
+                "cannot enable the controllers for the limits: {e}{busy}"
+            ))
+            .on(&e.path)
+            .with_errno(errno)
         })
     }
 
     /// Sets the limits on a fresh run cgroup, before anything runs in it.
-    pub fn apply(cg: &Cgroup, limits: &Limits) -> Result<(), String> {
+    pub fn apply(cg: &Cgroup, limits: &Limits) -> Result<(), Error> {
         let set = |file: &str, v: &str, flag: &str| {
             controllers::set(cg, file, v).map_err(|e| format!("cannot set {flag}: {e}"))
         };

@@ -17,13 +17,19 @@
 pub mod cgroup;
 #[cfg(target_os = "linux")]
 pub mod delegate;
+pub mod error;
 pub mod limits;
 pub mod pgid;
+pub mod select;
 #[cfg(target_os = "linux")]
 pub mod setup;
 #[cfg(target_os = "linux")]
+pub mod spawn;
+#[cfg(target_os = "linux")]
 pub mod subreaper;
 mod sweep;
+
+pub use error::Error;
 
 use std::process::Command;
 
@@ -99,10 +105,44 @@ impl Escapee {
     }
 }
 
+/// How reports name a signal sent to one process through its handle: a pidfd on Linux, a pid
+/// whose start time was just checked on macOS (no pidfd there).
+#[cfg(target_os = "linux")]
+pub const VIA_HANDLE: &str = "pidfd";
+/// …and a `killpg` to each process group, then each process through its handle.
+#[cfg(target_os = "linux")]
+pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pidfd";
+#[cfg(not(target_os = "linux"))]
+pub const VIA_HANDLE: &str = "pid";
+#[cfg(not(target_os = "linux"))]
+pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pid";
+
+/// What a backend can do, so callers ask for an ability and never for a backend by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Capabilities {
+    /// One kill reaches every member at once, even a fork storm (`cgroup.kill`): no sweep to
+    /// repeat while forks outrun it.
+    pub atomic_kill: bool,
+    /// `is_empty` is the kernel's own answer (`populated`), not a look at `/proc` that can
+    /// miss a process being reparented to reaper while it reads.
+    pub exact_emptiness: bool,
+    /// Two runs in one reaper process get trees of their own: stopping one leaves the other.
+    pub isolates_concurrent_runs: bool,
+    /// The leader is created inside the containment (`clone3(CLONE_INTO_CGROUP)`, or a join
+    /// before exec), which is what `--sandbox` needs.
+    pub spawns_leader_inside: bool,
+    /// The leader starts a process group of its own, so it needs the terminal handed to it.
+    pub leader_owns_group: bool,
+}
+
 /// The mechanism every backend provides.
 #[allow(async_fn_in_trait)] // used with concrete types only; no Send bound needed
 pub trait Containment {
+    /// For printing only (`backend` in reports); decide by [`Containment::capabilities`].
     fn kind(&self) -> BackendKind;
+    fn capabilities(&self) -> Capabilities;
+    /// How reports name the final kill (`cgroup.kill`, `pidfd`, `killpg+pidfd`).
+    fn kill_label(&self) -> &'static str;
     /// Arranges for the leader to enter containment before it runs any code of its own.
     fn prepare(&self, cmd: &mut Command);
     /// The leader was spawned as `leader` (not reaped yet, so the pid is its). For backends
@@ -132,7 +172,26 @@ pub trait Containment {
     /// Waits until no live process is left, or the deadline passes (then `false`).
     async fn wait_empty(&mut self, deadline: Instant) -> bool;
     /// Gives back what the backend holds (the cgroup directory). Call when empty.
-    fn release(&mut self) -> Result<(), String>;
+    fn release(&mut self) -> Result<(), Error>;
+    /// Ends containment without stopping anyone (`check --keep`): what is alive keeps running
+    /// with `limits`. Returns where it lives now (a cgroup named out of every sweep's reach), or
+    /// `None` where the processes simply stay reaper's descendants (reparented when it exits).
+    fn keep(&mut self, _limits: &limits::Limits) -> Result<Kept, Error> {
+        Ok(Kept::default())
+    }
+    /// A spawn's error as the caller needs it: a backend's own failure between fork and exec
+    /// (it can only pass an errno through) becomes its typed [`Error`].
+    fn spawn_error(&self, e: std::io::Error) -> std::io::Error {
+        e
+    }
+}
+
+/// What [`Containment::keep`] left running, and where.
+#[derive(Debug, Default)]
+pub struct Kept {
+    pub at: Option<std::path::PathBuf>,
+    /// The limits could not be set on the new place: the processes run without them.
+    pub unlimited: Option<Error>,
 }
 
 /// The backend a run got, as one type so the run layer needs no generics.
@@ -154,7 +213,7 @@ impl Backend {
     }
 
     /// The run cgroup's directory, for a leader created inside it by
-    /// `clone3(CLONE_INTO_CGROUP)` (see `run::command`).
+    /// `clone3(CLONE_INTO_CGROUP)` (see [`spawn`]).
     #[cfg(target_os = "linux")]
     pub fn clone_into_cgroup(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {
@@ -179,6 +238,12 @@ macro_rules! each {
 impl Containment for Backend {
     fn kind(&self) -> BackendKind {
         each!(self, b => b.kind())
+    }
+    fn capabilities(&self) -> Capabilities {
+        each!(self, b => b.capabilities())
+    }
+    fn kill_label(&self) -> &'static str {
+        each!(self, b => b.kill_label())
     }
     fn prepare(&self, cmd: &mut Command) {
         each!(self, b => b.prepare(cmd))
@@ -207,8 +272,14 @@ impl Containment for Backend {
     async fn wait_empty(&mut self, deadline: Instant) -> bool {
         each!(self, b => b.wait_empty(deadline).await)
     }
-    fn release(&mut self) -> Result<(), String> {
+    fn release(&mut self) -> Result<(), Error> {
         each!(self, b => b.release())
+    }
+    fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {
+        each!(self, b => b.keep(limits))
+    }
+    fn spawn_error(&self, e: std::io::Error) -> std::io::Error {
+        each!(self, b => b.spawn_error(e))
     }
 }
 

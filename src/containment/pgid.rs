@@ -34,7 +34,7 @@ use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule,
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
-use super::{BackendKind, Containment, Member};
+use super::{BackendKind, Capabilities, Containment, Error, Member};
 
 /// pgid backends alive in this process, each counted from its creation until it is released,
 /// and how many were ever made. Orphans adopted by reaper are attributed to a run only while
@@ -201,6 +201,23 @@ impl Containment for PgidBackend {
         BackendKind::Pgid
     }
 
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            atomic_kill: false,
+            exact_emptiness: false,
+            // Each run's tracker follows its own leader's tree, by its own process group and
+            // the groups and sessions it moves to. On macOS too: there reaper never adopts
+            // orphans, so a fast double-fork escapes with one run as with many.
+            isolates_concurrent_runs: true,
+            spawns_leader_inside: false,
+            leader_owns_group: true,
+        }
+    }
+
+    fn kill_label(&self) -> &'static str {
+        super::VIA_GROUP_AND_HANDLE
+    }
+
     /// A process group of its own: what the tree does not move out of, one `killpg` reaches
     /// atomically. (std applies it with `setpgid(0, 0)` in the child before exec.)
     fn prepare(&self, cmd: &mut Command) {
@@ -291,7 +308,7 @@ impl Containment for PgidBackend {
         }
     }
 
-    fn release(&mut self) -> Result<(), String> {
+    fn release(&mut self) -> Result<(), Error> {
         self.stop_polling();
         Ok(())
     }

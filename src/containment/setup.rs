@@ -17,6 +17,7 @@ use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
 
 use super::cgroup::CgroupBackend;
+use super::error::{Error, Kind, RUN_DOCTOR};
 
 /// What reaper found out about the cgroup2 hierarchy it runs in.
 #[derive(Debug, Clone)]
@@ -31,14 +32,15 @@ pub struct CgroupEnv {
 }
 
 /// Finds the cgroup2 mount and reaper's cgroup in it.
-pub fn discover() -> Result<CgroupEnv, String> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo")
-        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+pub fn discover() -> Result<CgroupEnv, Error> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
+        Error::io("cannot read /proc/self/mountinfo", &e).on("/proc/self/mountinfo")
+    })?;
     let mount = mountinfo::find_cgroup2_mount(&mi).ok_or_else(|| {
         "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)".to_owned()
     })?;
     let pc = std::fs::read_to_string("/proc/self/cgroup")
-        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        .map_err(|e| Error::io("cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup"))?;
     let mut own_path = mountinfo::unified_cgroup_path(&pc)
         .ok_or_else(|| "/proc/self/cgroup has no cgroup v2 (0::) line".to_owned())?;
     // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
@@ -80,7 +82,7 @@ impl CgroupEnv {
     /// relative to it), else reaper's own cgroup. Only a directory on the cgroup2 file system,
     /// under the discovered mount, is accepted: anything else (a path that leaves the mount
     /// through `..`, a cgroup v1 hierarchy, a plain directory) is the caller's mistake.
-    pub fn placement(&self, cgroup_parent: Option<&Path>) -> Result<Placement, String> {
+    pub fn placement(&self, cgroup_parent: Option<&Path>) -> Result<Placement, Error> {
         self.placement_checked(cgroup_parent, cgroupfs::is_cgroup2)
     }
 
@@ -90,7 +92,7 @@ impl CgroupEnv {
         &self,
         cgroup_parent: Option<&Path>,
         is_cgroup2: impl Fn(&Path) -> std::io::Result<bool>,
-    ) -> Result<Placement, String> {
+    ) -> Result<Placement, Error> {
         let Some(requested) = cgroup_parent else {
             return Ok(Placement {
                 dir: self.own_dir.clone(),
@@ -103,12 +105,14 @@ impl CgroupEnv {
             Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
         let refuse = |why: String| {
-            format!(
+            Error::new(format!(
                 "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
                  the cgroup2 mount {} (create it first: mkdir)",
                 requested.display(),
                 mp.display()
-            )
+            ))
+            .on(requested)
+            .of_kind(Kind::ParentRefused)
         };
         // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
         // `..` reaches the run cgroup's path or the report.
@@ -163,27 +167,17 @@ pub fn ensure_leaf(
     env: &CgroupEnv,
     placement: &Placement,
     enabling: bool,
-) -> Result<Option<Cgroup>, String> {
+) -> Result<Option<Cgroup>, Error> {
     if env.own_path == "/" || placement.dir != env.own_dir {
         return Ok(None);
     }
     let parent = Cgroup::at(&placement.dir);
-    if !enabling
-        && parent
-            .subtree_control()
-            .map_err(|e| e.to_string())?
-            .is_empty()
-    {
+    if !enabling && parent.subtree_control()?.is_empty() {
         return Ok(None);
     }
     let me = rustix::process::getpid();
     // Already moved (an earlier run of this reaper).
-    if parent
-        .procs()
-        .map_err(|e| e.to_string())?
-        .iter()
-        .all(|p| *p != me)
-    {
+    if parent.procs()?.iter().all(|p| *p != me) {
         return Ok(None);
     }
     let (pid, start) =
@@ -196,7 +190,7 @@ pub fn ensure_leaf(
     // its guardian does once reaper has exited, or else the next reaper's stale sweep.
     static SUPERVISOR_LOCK: std::sync::OnceLock<OwnedFd> = std::sync::OnceLock::new();
     let _ = SUPERVISOR_LOCK.set(lock);
-    leaf.add_process(me).map_err(|e| e.to_string())?;
+    leaf.add_process(me)?;
     Ok(Some(leaf))
 }
 
@@ -209,7 +203,7 @@ static SEQ: AtomicU32 = AtomicU32::new(0);
 const PREFIX: &str = "reaper-";
 
 /// Creates a fresh run cgroup under `placement`.
-pub fn create_run_cgroup(placement: &Placement) -> Result<CgroupBackend, String> {
+pub fn create_run_cgroup(placement: &Placement) -> Result<CgroupBackend, Error> {
     let (pid, start) =
         procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
     let next_name = || {
@@ -238,9 +232,9 @@ fn create_owned(
     dir: &Path,
     mut next_name: impl FnMut() -> String,
     mut mkdir: impl FnMut(&Path, &str) -> cgroupfs::Result<Cgroup>,
-) -> Result<(Cgroup, OwnedFd), String> {
+) -> Result<(Cgroup, OwnedFd), Error> {
     for _ in 0..CLAIM_ATTEMPTS {
-        let cg = mkdir(dir, &next_name()).map_err(|e| format!("{e}; run `reaper doctor`"))?;
+        let cg = mkdir(dir, &next_name()).map_err(|e| Error::from(e).hint(RUN_DOCTOR))?;
         match cg.try_lock_owner() {
             Ok(Some(lock)) => return Ok((cg, lock)),
             // Claimed by a sweep (or already removed by one): not ours to touch any more.
@@ -250,7 +244,7 @@ fn create_owned(
             ),
             Err(e) => {
                 let _ = cg.remove();
-                return Err(e.to_string());
+                return Err(e.into());
             }
         }
     }
@@ -258,7 +252,8 @@ fn create_owned(
         "every cgroup reaper created under {} was claimed by another reaper's stale-cgroup \
          sweep before reaper could lock it ({CLAIM_ATTEMPTS} tries); try again",
         dir.display()
-    ))
+    )
+    .into())
 }
 
 /// How many fresh cgroups [`create_owned`] makes before giving up to sweeps that claim them.
@@ -313,7 +308,7 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
 }
 
 /// Kills everything in `cg` and below, waits for it to empty, removes it and its children.
-pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
+pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), Error> {
     loop {
         let mut watch = match cg.watch_events() {
             Ok(w) => Some(w),
@@ -324,14 +319,14 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
         // in the cgroup yet, and joins right after.
         match signal::to_cgroup_kill(cg) {
             Err(e) if e.is_not_found() => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
             Ok(()) => {}
         }
         loop {
             match cg.populated() {
                 Ok(false) => break,
                 Err(e) if e.is_not_found() => return Ok(()),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
                 Ok(true) => {}
             }
             let woke = match watch.as_mut() {
@@ -342,17 +337,16 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), String> {
                 }
             };
             if !woke {
-                return Err(format!(
-                    "{} still populated after cgroup.kill",
-                    cg.path().display()
-                ));
+                return Err(
+                    format!("{} still populated after cgroup.kill", cg.path().display()).into(),
+                );
             }
         }
         // Children first, relative to directory fds (the tree may nest sub-cgroups past
         // PATH_MAX). EBUSY: a late joiner has populated it again; kill and try again.
         match cg.remove_subtree() {
             Ok(()) => return Ok(()),
-            Err(e) if !e.is_busy() || Instant::now() >= deadline => return Err(e.to_string()),
+            Err(e) if !e.is_busy() || Instant::now() >= deadline => return Err(e.into()),
             Err(_) => {}
         }
         tokio::time::sleep(RETRY).await;
@@ -443,7 +437,8 @@ mod tests {
         }
         let err = env
             .placement_checked(Some(Path::new("missing")), any_fs)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.starts_with("--cgroup-parent missing is not a cgroup2 directory (")
                 && err.contains("mkdir"),
@@ -452,7 +447,10 @@ mod tests {
         // Issue 10 item 2: `..` that leaves the mount is refused, whatever is there.
         std::fs::write(tmp.join("ci/cgroup.procs"), "").unwrap();
         let outside = tmp.join("ci/../..");
-        let err = env.placement_checked(Some(&outside), any_fs).unwrap_err();
+        let err = env
+            .placement_checked(Some(&outside), any_fs)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(&format!("{} is not a cgroup2 directory", outside.display()))
                 && err.contains("outside the mount"),
@@ -461,7 +459,8 @@ mod tests {
         // …and so is a directory under it that is not on the cgroup2 file system.
         let err = env
             .placement_checked(Some(Path::new("ci")), |_| Ok(false))
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("ci is not a cgroup2 directory")
                 && err.contains("not on the cgroup2 file system"),
@@ -514,7 +513,8 @@ mod tests {
             claims.push(cg.try_lock_owner().unwrap());
             Ok(cg)
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(claims.len(), CLAIM_ATTEMPTS);
         assert!(
             err.contains("stale-cgroup sweep") && err.contains("try again"),

@@ -16,7 +16,7 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use super::{BackendKind, Containment, Member};
+use super::{BackendKind, Capabilities, Containment, Error, Member};
 
 pub struct SubreaperBackend {
     self_pid: i32,
@@ -46,6 +46,21 @@ impl SubreaperBackend {
 impl Containment for SubreaperBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Subreaper
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            atomic_kill: false,
+            exact_emptiness: false,
+            // reaper's whole subtree is one: stopping one run would stop the others.
+            isolates_concurrent_runs: false,
+            spawns_leader_inside: false,
+            leader_owns_group: false,
+        }
+    }
+
+    fn kill_label(&self) -> &'static str {
+        super::VIA_HANDLE
     }
 
     fn prepare(&self, _cmd: &mut Command) {}
@@ -86,7 +101,7 @@ impl Containment for SubreaperBackend {
         }
     }
 
-    fn release(&mut self) -> Result<(), String> {
+    fn release(&mut self) -> Result<(), Error> {
         Ok(())
     }
 }

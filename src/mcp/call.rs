@@ -24,9 +24,6 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
-use crate::containment::Backend;
-#[cfg(target_os = "linux")]
-use crate::containment::Containment;
 use crate::run::{ContainOpts, Event, EventSink, Io, LeaderCommand, Run, StartError, StopReason};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
@@ -322,40 +319,11 @@ pub async fn run(
     }
 }
 
-/// Whether concurrent calls get trees of their own. They do with cgroups; the subreaper
-/// backend contains reaper's whole subtree as one, so under it stopping one call would stop
-/// the others too. Tries the containment the calls will get (a cgroup is made and removed).
-/// When `auto` got a cgroup, pins the calls to `cgroup`: a call that later cannot get one fails
-/// and says why, instead of falling back into the subtree it would share with the others.
-/// Fails when the server has limits (`--memory-max`…) and no call could get them: a server
-/// whose every call would fail says so once, at the start.
-pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, String> {
-    let contained = crate::run::contain(opts).await;
-    if let Err(e) = &contained {
-        if !opts.limits.is_empty() {
-            return Err(e.clone());
-        }
-    }
-    Ok(match contained {
-        #[cfg(target_os = "linux")]
-        Ok((Backend::Cgroup(mut b), _)) => {
-            if let Err(e) = b.release() {
-                tracing::debug!("removing the probe cgroup: {e}");
-            }
-            if opts.requested == crate::run::Requested::Auto {
-                opts.requested = crate::run::Requested::Cgroup;
-            }
-            true
-        }
-        #[cfg(target_os = "linux")]
-        Ok((Backend::Subreaper(_), _)) => false,
-        // Each call's tracker follows its own leader's tree, by its own process group and the
-        // groups and sessions it moves to. On macOS too: there reaper never adopts orphans, so a
-        // fast double-fork escapes with one call as with many, and concurrency changes nothing.
-        Ok((Backend::Pgid(_), _)) => true,
-        // Every call will fail to start, and say why.
-        Err(_) => true,
-    })
+/// Whether concurrent calls get trees of their own (see [`crate::containment::select::isolated`]:
+/// when `auto` got a cgroup, the calls are pinned to `cgroup`). Fails when the server has limits
+/// (`--memory-max`…) and no call could get them.
+pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, crate::containment::Error> {
+    crate::containment::select::isolated(opts).await
 }
 
 /// Python's `returncode`: the exit code, or minus the signal that killed the process.

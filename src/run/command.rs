@@ -1,10 +1,7 @@
-//! The command a run starts, and the two ways of starting it.
-//!
-//! With the cgroup backend the leader is created inside its cgroup by
-//! `clone3(CLONE_INTO_CGROUP)` (no task migration, so no RCU grace period per run); everywhere
-//! else, and where the kernel or a seccomp filter refuses clone3, std's `Command` starts it and
-//! the backend's `prepare` moves it in before exec. std's `Command` has no getters for its
-//! stdio, so callers describe the command here and both paths are built from it.
+//! The command a run starts, and the two ways of starting it: created inside its cgroup by
+//! clone3, or by std's `Command` joined before exec (`containment::spawn` says which). std's
+//! `Command` has no getters for its stdio, so callers describe the command here and both paths
+//! are built from it.
 
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
@@ -294,7 +291,7 @@ pub(super) fn spawn(
     let plan = match sandbox {
         None => None,
         Some(mode) => {
-            if backend.clone_into_cgroup().is_none() {
+            if !backend.capabilities().spawns_leader_inside {
                 return Err(refused(format!(
                     "--sandbox needs the cgroup backend (its cgroup namespace is rooted at the \
                      run's cgroup); this run has the {} backend: run `reaper doctor`",
@@ -317,30 +314,25 @@ pub(super) fn spawn(
         }
     };
     #[cfg(target_os = "linux")]
-    if let Some(dir) = backend.clone_into_cgroup() {
-        if clone3::usable() {
-            match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
-                Ok(s) => return Ok(s),
-                Err(clone3::Error::Sandbox(e)) => {
-                    let user = plan.as_ref().is_some_and(|p| p.user_namespace());
-                    return Err(refused(step_refused(e, user)));
-                }
-                Err(clone3::Error::Failed(e)) => return Err(cmd.explain(e)),
-                // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
-                // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
-                Err(clone3::Error::Unsupported(e))
-                    if plan.as_ref().is_some_and(|p| p.pid_namespace()) =>
-                {
-                    return Err(refused(format!(
-                        "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
-                    )));
-                }
-                Err(clone3::Error::Unsupported(e)) => clone3::give_up(&e),
-                Err(clone3::Error::CgroupRefused(e)) => {
-                    tracing::debug!(
-                        "clone3 into the run cgroup refused ({e}); trying cgroup.procs"
-                    );
-                }
+    if let Some(dir) = crate::containment::spawn::clone_target(backend) {
+        use crate::containment::spawn::Error;
+        match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
+            Ok(s) => return Ok(s),
+            Err(Error::Sandbox(e)) => {
+                let user = plan.as_ref().is_some_and(|p| p.user_namespace());
+                return Err(refused(step_refused(e, user)));
+            }
+            Err(Error::Failed(e)) => return Err(cmd.explain(e)),
+            // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
+            // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
+            Err(Error::Unsupported(e)) if plan.as_ref().is_some_and(|p| p.pid_namespace()) => {
+                return Err(refused(format!(
+                    "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
+                )));
+            }
+            Err(Error::Unsupported(e)) => crate::containment::spawn::give_up(&e),
+            Err(Error::CgroupRefused(e)) => {
+                tracing::debug!("clone3 into the run cgroup refused ({e}); trying cgroup.procs");
             }
         }
     }
@@ -378,69 +370,6 @@ fn step_refused(e: reaper_platform::linux::sandbox::StepError, user_namespace: b
         )
     } else {
         e.to_string()
-    }
-}
-
-/// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
-/// there (output discarded) and waits for it. For `reaper doctor`.
-#[cfg(target_os = "linux")]
-pub fn probe_clone3(cgroup: std::os::fd::BorrowedFd<'_>) -> Result<(), String> {
-    probe(cgroup, None).map_err(|e| match e {
-        ProbeError::Sandbox(e) => e.to_string(),
-        ProbeError::Other(m) => m,
-    })
-}
-
-/// Why a probe failed: the sandbox step the kernel refused, or anything else.
-#[cfg(target_os = "linux")]
-pub enum ProbeError {
-    Sandbox(reaper_platform::linux::sandbox::StepError),
-    Other(String),
-}
-
-/// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
-/// [`probe_clone3`], with the sandbox. For `reaper doctor`.
-#[cfg(target_os = "linux")]
-pub fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, pid: bool) -> Result<(), ProbeError> {
-    let plan = reaper_platform::linux::sandbox::SandboxPlan::new(pid)
-        .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
-    probe(cgroup, Some(&plan))
-}
-
-#[cfg(target_os = "linux")]
-fn probe(
-    cgroup: std::os::fd::BorrowedFd<'_>,
-    sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
-) -> Result<(), ProbeError> {
-    let other = ProbeError::Other;
-    let mut cmd = LeaderCommand::new("/proc/self/exe");
-    cmd.args(["--version"]).stdout(Io::Null).stderr(Io::Null);
-    // Under the reaping lock: the probe is waited for here (see reap.rs).
-    let _reaping = reaper_platform::reap::hold();
-    let spawned = match clone3::spawn(&cmd, cgroup, None, sandbox) {
-        Ok(s) => s,
-        Err(clone3::Error::Unsupported(e) | clone3::Error::CgroupRefused(e)) => {
-            return Err(other(format!("refused: {e}")))
-        }
-        Err(clone3::Error::Sandbox(e)) => return Err(ProbeError::Sandbox(e)),
-        Err(clone3::Error::Failed(e)) => return Err(other(e.to_string())),
-    };
-    let pidfd = spawned.handle.map_err(|e| other(e.to_string()))?;
-    // `reaper --version` exits by itself; the kill only matters if it hangs.
-    let exited = rustix::event::poll(
-        &mut [rustix::event::PollFd::new(
-            &pidfd,
-            rustix::event::PollFlags::IN,
-        )],
-        Some(&rustix::time::Timespec {
-            tv_sec: 5,
-            tv_nsec: 0,
-        }),
-    );
-    reaper_platform::linux::spawn::kill_and_reap(&pidfd);
-    match exited {
-        Ok(1) => Ok(()),
-        _ => Err(other("the probe did not exit within 5 s".into())),
     }
 }
 
@@ -560,32 +489,12 @@ fn spawn_std(
 mod clone3 {
     use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
     use std::process::{ChildStderr, ChildStdin, ChildStdout};
-    use std::sync::atomic::{AtomicBool, Ordering};
 
-    use reaper_platform::linux::spawn::{self, SpawnError, SpawnSpec};
+    use reaper_platform::linux::spawn::{self, SpawnSpec};
     use rustix::fs::{Mode, OFlags};
 
     use super::*;
-
-    pub enum Error {
-        Sandbox(reaper_platform::linux::sandbox::StepError),
-        Unsupported(std::io::Error),
-        CgroupRefused(std::io::Error),
-        Failed(std::io::Error),
-    }
-
-    static UNUSABLE: AtomicBool = AtomicBool::new(false);
-
-    /// Whether to try clone3: not after it was refused once, nor when `REAPER_CLONE3=0`.
-    pub fn usable() -> bool {
-        !UNUSABLE.load(Ordering::Relaxed)
-            && std::env::var_os("REAPER_CLONE3").is_none_or(|v| v != "0")
-    }
-
-    pub fn give_up(e: &std::io::Error) {
-        tracing::debug!("clone3(CLONE_INTO_CGROUP) refused ({e}); joining through cgroup.procs");
-        UNUSABLE.store(true, Ordering::Relaxed);
-    }
+    use crate::containment::spawn::{clone_into, Error};
 
     pub fn spawn(
         cmd: &LeaderCommand,
@@ -663,13 +572,7 @@ mod clone3 {
             cgroup,
             sandbox,
         };
-        let pidfd = match spawn::spawn_into_cgroup(&spec) {
-            Ok(p) => p,
-            Err(SpawnError::Unsupported(e)) => return Err(Error::Unsupported(e)),
-            Err(SpawnError::CgroupRefused(e)) => return Err(Error::CgroupRefused(e)),
-            Err(SpawnError::Failed(e)) => return Err(Error::Failed(e)),
-            Err(SpawnError::Sandbox(e)) => return Err(Error::Sandbox(e)),
-        };
+        let pidfd = clone_into(&spec)?;
         let [i, o, e] = ours;
         Ok(Spawned {
             pid: pidfd.pid(),

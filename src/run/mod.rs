@@ -21,232 +21,26 @@ use std::time::Duration;
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
-use reaper_platform::tracker::Schedule;
 use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use crate::containment::{self, Backend, BackendKind, Containment, Member};
 #[cfg(target_os = "linux")]
-use crate::containment::{limits, setup};
+use crate::containment::limits;
+use crate::containment::{self, Backend, Containment, Member};
 use crate::guardian::Guardian;
 pub use command::{Io, LeaderCommand};
+// Selection lives in `containment::select`; the faces name it through the run they start.
+pub use crate::containment::select::{contain, ContainOpts, DelegateMode, Requested, SandboxMode};
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
 use std::sync::Arc;
-
-/// Which containment a run asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Requested {
-    /// cgroup when a run cgroup can be created, else subreaper (with a warning); pgid on macOS.
-    Auto,
-    Cgroup,
-    Subreaper,
-    /// The leader's process group plus process-table tracking (macOS; portable).
-    Pgid,
-}
-
-#[derive(Debug, Clone)]
-pub struct ContainOpts {
-    pub requested: Requested,
-    /// cgroup backend only (accepted and ignored on macOS).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub cgroup_parent: Option<PathBuf>,
-    /// pgid backend: the slowest interval between two looks at the process table.
-    pub poll: Duration,
-    /// Cleans up the run's cgroup if reaper itself is killed.
-    pub guardian: Option<Arc<Guardian>>,
-    /// Under systemd: whether to ask for a delegated scope first (Linux only).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub delegate: DelegateMode,
-    /// Resource limits (cgroup backend only: anything else refuses them).
-    pub limits: containment::limits::Limits,
-    /// `--sandbox`: the leader starts in a sandbox it cannot undo (see command.rs).
-    pub sandbox: Option<SandboxMode>,
-}
-
-/// `--sandbox[=pid]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SandboxMode {
-    /// Mount and cgroup namespaces, a read-only cgroup file system, capabilities dropped.
-    On,
-    /// The same, and a PID namespace with its own /proc, the leader its PID 1.
-    Pid,
-}
-
-/// `--delegate` (see `containment::delegate`); only Linux has systemd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DelegateMode {
-    /// Under systemd, move reaper into a delegated scope of its own unless it is in one already.
-    Auto,
-    /// Never ask systemd; create run cgroups where reaper is.
-    Never,
-}
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).
 const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
 const KILL_ROUND: Duration = Duration::from_millis(200);
-/// pgid backend: how often the process table is read right after the spawn and while the tree
-/// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
-const POLL_FAST: Duration = Duration::from_millis(5);
-const POLL_MIN: Duration = Duration::from_millis(1);
-/// How long the stale-cgroup sweep waits for a stale cgroup to empty.
-#[cfg(target_os = "linux")]
-const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
-
-/// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
-/// and says why in the returned warning.
-pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), String> {
-    #[cfg(target_os = "linux")]
-    let cgroup = || async {
-        if opts.cgroup_parent.is_none() {
-            use containment::delegate::{self, Delegation};
-            if let Delegation::Failed { why } = delegate::ensure(opts.delegate).await {
-                return Err(format!(
-                    "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
-                     another unit (--delegate never does it anyway; --cgroup-parent names a \
-                     cgroup of yours)"
-                ));
-            }
-        }
-        let env = setup::discover()?;
-        let placement = env.placement(opts.cgroup_parent.as_deref())?;
-        // Before any cgroup is created there (the supervisor leaf included), so a reaper killed
-        // right after the mkdir still has its guardian looking in the right place.
-        if let Some(g) = &opts.guardian {
-            g.watch_dir(&placement.dir);
-        }
-        let enable = limits::check(
-            &opts.limits,
-            &env,
-            &placement,
-            limits::ownership(opts.cgroup_parent.is_some()),
-        )?;
-        setup::ensure_leaf(&env, &placement, !enable.is_empty())?;
-        if !enable.is_empty() {
-            limits::enable(&placement, &enable)?;
-        }
-        sweep_once(&placement.dir).await;
-        let mut backend = setup::create_run_cgroup(&placement)?;
-        // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
-        if let Some(g) = &opts.guardian {
-            backend.exclude(g.pid(), g.starttime());
-        }
-        if let Err(e) = limits::apply(backend.cgroup(), &opts.limits) {
-            let _ = backend.release();
-            return Err(e);
-        }
-        Ok(backend)
-    };
-    // A limit needs the cgroup backend: never a silent run without it.
-    let no_limits = |backend: &str| {
-        if opts.limits.is_empty() {
-            Ok(())
-        } else {
-            Err(format!(
-                "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
-                 enforce it; a limit is never dropped, so the run did not start",
-                opts.limits.flags()
-            ))
-        }
-    };
-    #[cfg(target_os = "linux")]
-    let subreaper = || {
-        foreign_proc("subreaper")?;
-        containment::subreaper::SubreaperBackend::new()
-            .map(|mut b| {
-                if let Some(g) = &opts.guardian {
-                    b.exclude(g.pid(), g.starttime());
-                }
-                Backend::Subreaper(b)
-            })
-            .map_err(|e| {
-                format!("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}")
-            })
-    };
-    let pgid = || {
-        #[cfg(target_os = "linux")]
-        foreign_proc("pgid")?;
-        let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
-        containment::pgid::PgidBackend::new(schedule)
-            .map(Backend::Pgid)
-            .map_err(|e| format!("cannot read the process table for the pgid backend: {e}"))
-    };
-    match opts.requested {
-        #[cfg(target_os = "linux")]
-        Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
-        #[cfg(target_os = "linux")]
-        Requested::Subreaper => {
-            no_limits("subreaper")?;
-            subreaper().map(|b| (b, None))
-        }
-        #[cfg(not(target_os = "linux"))]
-        Requested::Cgroup => Err("--containment cgroup is Linux-only (cgroup v2); on macOS use \
-                                  pgid, which auto picks"
-            .into()),
-        #[cfg(not(target_os = "linux"))]
-        Requested::Subreaper => Err("--containment subreaper is Linux-only \
-                                     (PR_SET_CHILD_SUBREAPER); on macOS use pgid, which auto picks"
-            .into()),
-        Requested::Pgid => {
-            no_limits("pgid")?;
-            pgid().map(|b| (b, None))
-        }
-        // No cgroups and no subreaper on macOS: the process table is all there is.
-        #[cfg(not(target_os = "linux"))]
-        Requested::Auto => {
-            no_limits("auto (pgid on macOS)")?;
-            pgid().map(|b| (b, None))
-        }
-        #[cfg(target_os = "linux")]
-        Requested::Auto => match cgroup().await {
-            // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
-            // a host without cgroups: refused (and nothing created) rather than a fallback.
-            Err(why) if opts.cgroup_parent.is_some() && placement_refused(opts) => Err(why),
-            Ok(b) => Ok((Backend::Cgroup(b), None)),
-            // No fallback: the subreaper cannot enforce a limit.
-            Err(why) if !opts.limits.is_empty() => Err(why),
-            Err(why) => subreaper().map(|b| {
-                let warning = format!(
-                    "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
-                );
-                (b, Some(warning))
-            }),
-        },
-    }
-}
-
-/// The subreaper and pgid backends find the tree in `/proc` by the pids it lists: under a
-/// `/proc` of another PID namespace those name other processes (the parent namespace's: as
-/// PID 1, "descendants of 1" would be the host's whole tree), so they refuse it.
-#[cfg(target_os = "linux")]
-fn foreign_proc(backend: &str) -> Result<(), String> {
-    if reaper_platform::linux::procfs::is_foreign() {
-        return Err(format!(
-            "the {backend} backend cannot work here: /proc shows another PID namespace than \
-             reaper's (a PID namespace entered without a /proc of its own); mount one for this \
-             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `--cgroup-parent` itself is what the cgroup backend refused.
-#[cfg(target_os = "linux")]
-fn placement_refused(opts: &ContainOpts) -> bool {
-    setup::discover().is_ok_and(|env| env.placement(opts.cgroup_parent.as_deref()).is_err())
-}
-
-/// Stale cgroups are swept once per reaper process, under the first parent it uses.
-#[cfg(target_os = "linux")]
-async fn sweep_once(dir: &std::path::Path) {
-    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        setup::sweep_stale(dir, Instant::now() + SWEEP_DEADLINE).await;
-    }
-}
 
 /// Why a run could not start; each maps to timeout(1)'s exit status.
 #[derive(Debug)]
@@ -439,7 +233,9 @@ impl Run {
         sink: EventSink,
     ) -> Result<(Run, Pipes), StartError> {
         let argv = cmd.argv_lossy();
-        let (mut backend, warning) = contain(opts).await.map_err(StartError::Reaper)?;
+        let (mut backend, warning) = contain(opts)
+            .await
+            .map_err(|e| StartError::Reaper(e.to_string()))?;
         let guardian = opts.guardian.clone();
         // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
         // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
@@ -451,7 +247,7 @@ impl Run {
         // A leader in a process group of its own needs the terminal handed to it, or its first
         // read from it stops it (SIGTTIN).
         let terminal = (cmd.wants_terminal()
-            && (cmd.starts_own_group() || backend.kind() == BackendKind::Pgid))
+            && (cmd.starts_own_group() || backend.capabilities().leader_owns_group))
             .then(Foreground::if_foreground)
             .flatten();
         // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
@@ -466,7 +262,7 @@ impl Run {
                     t.take_back_after_failed_spawn();
                 }
                 let _ = backend.release();
-                return Err(classify_spawn_error(&e, &argv[0]));
+                return Err(classify_spawn_error(&backend.spawn_error(e), &argv[0]));
             }
         };
         let (pid, pipes) = (spawned.pid, spawned.pipes);
@@ -669,7 +465,7 @@ impl Run {
         self.sink.emit(Event::Signalled {
             signal: signal::name(first),
             n: reached,
-            via: signal::VIA_HANDLE,
+            via: containment::VIA_HANDLE,
         });
         if first != Signal::CONT && reached > 0 {
             self.backend.signal_all(Signal::CONT);
@@ -707,7 +503,7 @@ impl Run {
         // the stop sequence's: the pgid backend's looks read the whole process table.
         if self.leader.gone
             && self.backend.is_empty()
-            && (self.backend.kind() == BackendKind::Cgroup || {
+            && (self.backend.capabilities().exact_emptiness || {
                 reap::reap_orphans();
                 self.backend.is_empty()
             })
@@ -735,13 +531,7 @@ impl Run {
         let final_deadline = Instant::now() + KILL_DEADLINE;
         // cgroup.kill is atomic: one write, then only waiting. Sweeps that a fork can outrun
         // (no cgroup.kill before Linux 5.14, subreaper, pgid) are repeated.
-        let atomic_kill = match &self.backend {
-            #[cfg(target_os = "linux")]
-            Backend::Cgroup(b) => b.cgroup().has_kill(),
-            #[allow(unreachable_patterns)]
-            _ => false,
-        };
-        let round = if atomic_kill {
+        let round = if self.backend.capabilities().atomic_kill {
             KILL_DEADLINE
         } else {
             KILL_ROUND
@@ -752,11 +542,7 @@ impl Run {
             }
             let killed = self.backend.kill_all();
             self.record(&killed);
-            let via = match self.backend.kind() {
-                BackendKind::Cgroup => "cgroup.kill",
-                BackendKind::Subreaper => signal::VIA_HANDLE,
-                BackendKind::Pgid => signal::VIA_GROUP_AND_HANDLE,
-            };
+            let via = self.backend.kill_label();
             self.sink.emit(Event::Signalled {
                 signal: "KILL".into(),
                 n: killed.len(),
@@ -808,24 +594,15 @@ impl Run {
     /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
     /// Returns where it lives: the cgroup, renamed so no sweep takes it, or `None` for the
     /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
-    pub fn keep(mut self) -> Result<Option<PathBuf>, String> {
+    pub fn keep(mut self) -> Result<Option<PathBuf>, containment::Error> {
         self.ended = true;
         // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
-        let kept = match &mut self.backend {
-            #[cfg(target_os = "linux")]
-            Backend::Cgroup(b) => {
-                let kept = b.keep()?;
-                // The kept cgroup is fresh: the run's limits go with its processes.
-                let cg = reaper_platform::linux::cgroup::Cgroup::at(&kept);
-                if let Err(e) = limits::apply(&cg, &self.limits) {
-                    say!("reaper: warning: the kept processes run without their limits: {e}");
-                }
-                Some(kept)
-            }
-            _ => None,
-        };
+        let kept = self.backend.keep(&self.limits)?;
+        if let Some(e) = kept.unlimited {
+            say!("reaper: warning: the kept processes run without their limits: {e}");
+        }
         reap::unregister_leader(self.leader.handle.pid());
-        Ok(kept)
+        Ok(kept.at)
     }
 
     /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
@@ -842,7 +619,7 @@ impl Run {
         let mut error = None;
         if survivors.is_empty() {
             if let Err(e) = self.backend.release() {
-                error = Some(e);
+                error = Some(e.to_string());
             }
         } else {
             error = Some(format!(
@@ -940,11 +717,16 @@ fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
     {
         return StartError::Reaper(r.0.clone());
     }
-    #[cfg(target_os = "linux")]
-    if e.raw_os_error() == Some(containment::cgroup::JOIN_FAILED_ERRNO) {
-        return StartError::Reaper(format!(
-            "cannot move '{program}' into its cgroup before exec; run `reaper doctor`"
-        ));
+    if let Some(c) = e
+        .get_ref()
+        .and_then(|r| r.downcast_ref::<containment::Error>())
+    {
+        if c.kind() == containment::error::Kind::JoinFailed {
+            return StartError::Reaper(format!(
+                "cannot move '{program}' into its cgroup before exec; {}",
+                containment::error::RUN_DOCTOR
+            ));
+        }
     }
     // `command::spawn` has said by how much (E2BIG comes back as this kind).
     if e.kind() == std::io::ErrorKind::ArgumentListTooLong {

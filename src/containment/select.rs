@@ -1,0 +1,323 @@
+//! Backend selection: which containment a run gets (`auto`, an explicit backend, the fallback
+//! from cgroup to subreaper and its reason), and the stale-cgroup sweep before the first run
+//! cgroup. `run`, `check`, `mcp` and `doctor` all choose here.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reaper_platform::tracker::Schedule;
+#[cfg(target_os = "linux")]
+use tokio::time::Instant;
+
+#[cfg(target_os = "linux")]
+use super::{limits, setup};
+use super::{Backend, BackendKind, Containment, Error};
+use crate::containment;
+use crate::guardian::Guardian;
+
+/// Which containment a run asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Requested {
+    /// cgroup when a run cgroup can be created, else subreaper (with a warning); pgid on macOS.
+    Auto,
+    Cgroup,
+    Subreaper,
+    /// The leader's process group plus process-table tracking (macOS; portable).
+    Pgid,
+}
+
+#[derive(Debug, Clone)]
+pub struct ContainOpts {
+    pub requested: Requested,
+    /// cgroup backend only (accepted and ignored on macOS).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub cgroup_parent: Option<PathBuf>,
+    /// pgid backend: the slowest interval between two looks at the process table.
+    pub poll: Duration,
+    /// Cleans up the run's cgroup if reaper itself is killed.
+    pub guardian: Option<Arc<Guardian>>,
+    /// Under systemd: whether to ask for a delegated scope first (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub delegate: DelegateMode,
+    /// Resource limits (cgroup backend only: anything else refuses them).
+    pub limits: containment::limits::Limits,
+    /// `--sandbox`: the leader starts in a sandbox it cannot undo (see command.rs).
+    pub sandbox: Option<SandboxMode>,
+}
+
+/// `--sandbox[=pid]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum SandboxMode {
+    /// Mount and cgroup namespaces, a read-only cgroup file system, capabilities dropped.
+    On,
+    /// The same, and a PID namespace with its own /proc, the leader its PID 1.
+    Pid,
+}
+
+/// `--delegate` (see `containment::delegate`); only Linux has systemd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DelegateMode {
+    /// Under systemd, move reaper into a delegated scope of its own unless it is in one already.
+    Auto,
+    /// Never ask systemd; create run cgroups where reaper is.
+    Never,
+}
+
+/// pgid backend: how often the process table is read right after the spawn and while the tree
+/// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
+const POLL_FAST: Duration = Duration::from_millis(5);
+const POLL_MIN: Duration = Duration::from_millis(1);
+/// How long the stale-cgroup sweep waits for a stale cgroup to empty.
+#[cfg(target_os = "linux")]
+const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
+
+/// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
+/// and says why in the returned warning.
+pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Error> {
+    #[cfg(target_os = "linux")]
+    let cgroup = || async {
+        if opts.cgroup_parent.is_none() {
+            use containment::delegate::{self, Delegation};
+            if let Delegation::Failed { why } = delegate::ensure(opts.delegate).await {
+                return Err(format!(
+                    "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
+                     another unit (--delegate never does it anyway; --cgroup-parent names a \
+                     cgroup of yours)"
+                )
+                .into());
+            }
+        }
+        let env = setup::discover()?;
+        let placement = env.placement(opts.cgroup_parent.as_deref())?;
+        // Before any cgroup is created there (the supervisor leaf included), so a reaper killed
+        // right after the mkdir still has its guardian looking in the right place.
+        if let Some(g) = &opts.guardian {
+            g.watch_dir(&placement.dir);
+        }
+        let enable = limits::check(
+            &opts.limits,
+            &env,
+            &placement,
+            limits::ownership(opts.cgroup_parent.is_some()),
+        )?;
+        setup::ensure_leaf(&env, &placement, !enable.is_empty())?;
+        if !enable.is_empty() {
+            limits::enable(&placement, &enable)?;
+        }
+        sweep_once(&placement.dir).await;
+        let mut backend = setup::create_run_cgroup(&placement)?;
+        // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
+        if let Some(g) = &opts.guardian {
+            backend.exclude(g.pid(), g.starttime());
+        }
+        if let Err(e) = limits::apply(backend.cgroup(), &opts.limits) {
+            let _ = backend.release();
+            return Err(e);
+        }
+        Ok::<_, Error>(backend)
+    };
+    // A limit needs the cgroup backend: never a silent run without it.
+    let no_limits = |backend: &str| -> Result<(), Error> {
+        if opts.limits.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
+                 enforce it; a limit is never dropped, so the run did not start",
+                opts.limits.flags()
+            )
+            .into())
+        }
+    };
+    #[cfg(target_os = "linux")]
+    let subreaper = || {
+        foreign_proc("subreaper")?;
+        containment::subreaper::SubreaperBackend::new()
+            .map(|mut b| {
+                if let Some(g) = &opts.guardian {
+                    b.exclude(g.pid(), g.starttime());
+                }
+                Backend::Subreaper(b)
+            })
+            .map_err(|e| {
+                Error::new(format!(
+                    "cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}"
+                ))
+            })
+    };
+    let pgid = || {
+        #[cfg(target_os = "linux")]
+        foreign_proc("pgid")?;
+        let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
+        containment::pgid::PgidBackend::new(schedule)
+            .map(Backend::Pgid)
+            .map_err(|e| {
+                Error::new(format!(
+                    "cannot read the process table for the pgid backend: {e}"
+                ))
+            })
+    };
+    match opts.requested {
+        #[cfg(target_os = "linux")]
+        Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
+        #[cfg(target_os = "linux")]
+        Requested::Subreaper => {
+            no_limits("subreaper")?;
+            subreaper().map(|b| (b, None))
+        }
+        #[cfg(not(target_os = "linux"))]
+        Requested::Cgroup => Err("--containment cgroup is Linux-only (cgroup v2); on macOS use \
+                                  pgid, which auto picks"
+            .into()),
+        #[cfg(not(target_os = "linux"))]
+        Requested::Subreaper => Err("--containment subreaper is Linux-only \
+                                     (PR_SET_CHILD_SUBREAPER); on macOS use pgid, which auto picks"
+            .into()),
+        Requested::Pgid => {
+            no_limits("pgid")?;
+            pgid().map(|b| (b, None))
+        }
+        // No cgroups and no subreaper on macOS: the process table is all there is.
+        #[cfg(not(target_os = "linux"))]
+        Requested::Auto => {
+            no_limits("auto (pgid on macOS)")?;
+            pgid().map(|b| (b, None))
+        }
+        #[cfg(target_os = "linux")]
+        Requested::Auto => match cgroup().await {
+            // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
+            // a host without cgroups: refused (and nothing created) rather than a fallback.
+            Err(why) if why.kind() == super::error::Kind::ParentRefused => Err(why),
+            Ok(b) => Ok((Backend::Cgroup(b), None)),
+            // No fallback: the subreaper cannot enforce a limit.
+            Err(why) if !opts.limits.is_empty() => Err(why),
+            Err(why) => subreaper().map(|b| {
+                let warning = format!(
+                    "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
+                );
+                (b, Some(warning))
+            }),
+        },
+    }
+}
+
+/// What a machine offers, as `reaper doctor` found it by trying (a run cgroup really created
+/// and removed, the subreaper really asked for).
+#[derive(Debug, Clone, Copy, Default)]
+// macOS reads `pgid` alone: it has no cgroups, no subreaper and no pidfd.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub struct Found {
+    /// A run cgroup could be created.
+    pub run_cgroup: bool,
+    /// reaper could become a child subreaper.
+    pub subreaper: bool,
+    /// pidfds work: every run watches its leader through one (`Run::start` refuses without).
+    pub pidfd: bool,
+    /// The pgid backend can read the process table (auto's pick on macOS only: on Linux it is
+    /// the weakest backend, asked for by name).
+    #[cfg_attr(target_os = "linux", allow(dead_code))]
+    pub pgid: bool,
+}
+
+/// The backend `--containment auto` picks given `found` (without limits), in [`contain`]'s
+/// order: the cgroup backend, else the subreaper (Linux); the pgid backend (macOS). `None`:
+/// no run can start here.
+pub fn auto_choice(found: Found) -> Option<BackendKind> {
+    #[cfg(target_os = "linux")]
+    {
+        if !found.pidfd {
+            None
+        } else if found.run_cgroup {
+            Some(BackendKind::Cgroup)
+        } else if found.subreaper {
+            Some(BackendKind::Subreaper)
+        } else {
+            None
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    found.pgid.then_some(BackendKind::Pgid)
+}
+
+/// The subreaper and pgid backends find the tree in `/proc` by the pids it lists: under a
+/// `/proc` of another PID namespace those name other processes (the parent namespace's: as
+/// PID 1, "descendants of 1" would be the host's whole tree), so they refuse it.
+#[cfg(target_os = "linux")]
+fn foreign_proc(backend: &str) -> Result<(), Error> {
+    if reaper_platform::linux::procfs::is_foreign() {
+        return Err(format!(
+            "the {backend} backend cannot work here: /proc shows another PID namespace than \
+             reaper's (a PID namespace entered without a /proc of its own); mount one for this \
+             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
+        )
+        .into());
+    }
+    Ok(())
+}
+
+/// Stale cgroups are swept once per reaper process, under the first parent it uses.
+#[cfg(target_os = "linux")]
+async fn sweep_once(dir: &std::path::Path) {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        setup::sweep_stale(dir, Instant::now() + SWEEP_DEADLINE).await;
+    }
+}
+
+/// Whether concurrent runs in this process get trees of their own. They do with cgroups; the
+/// subreaper backend contains reaper's whole subtree as one, so under it stopping one run would
+/// stop the others too. Tries the containment the runs will get (a cgroup is made and removed).
+/// When `auto` got a backend that keeps runs apart, pins `opts` to it: a run that later cannot
+/// get it fails and says why, instead of falling back into the subtree it would share with the
+/// others. Fails when `opts` has limits and no run could get them: a server whose every run
+/// would fail says so once, at the start.
+pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, Error> {
+    let (mut backend, _) = match contain(opts).await {
+        Ok(b) => b,
+        Err(e) if !opts.limits.is_empty() => return Err(e),
+        // Every run will fail to start, and say why.
+        Err(_) => return Ok(true),
+    };
+    let apart = backend.capabilities().isolates_concurrent_runs;
+    #[cfg(target_os = "linux")]
+    if let Backend::Cgroup(_) = backend {
+        if opts.requested == Requested::Auto {
+            opts.requested = Requested::Cgroup;
+        }
+    }
+    if let Err(e) = backend.release() {
+        tracing::debug!("removing the probe's containment: {e}");
+    }
+    Ok(apart)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `doctor` says what `contain` would pick: the cgroup backend first, then the subreaper,
+    /// and nothing without pidfds (Linux); the pgid backend on macOS.
+    #[test]
+    fn auto_picks_in_contains_order() {
+        let found = |run_cgroup, subreaper, pidfd| Found {
+            run_cgroup,
+            subreaper,
+            pidfd,
+            pgid: true,
+        };
+        #[cfg(target_os = "linux")]
+        {
+            let pick = |f| auto_choice(f).map(BackendKind::as_str);
+            assert_eq!(pick(found(true, true, true)), Some("cgroup"));
+            assert_eq!(pick(found(false, true, true)), Some("subreaper"));
+            assert_eq!(pick(found(false, false, true)), None);
+            assert_eq!(pick(found(true, true, false)), None);
+        }
+        #[cfg(not(target_os = "linux"))]
+        assert_eq!(
+            auto_choice(found(false, false, false)),
+            Some(BackendKind::Pgid)
+        );
+    }
+}

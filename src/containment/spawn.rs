@@ -1,0 +1,167 @@
+//! How a leader enters its run's containment before it runs any code of its own.
+//!
+//! With the cgroup backend the leader is created inside its cgroup by
+//! `clone3(CLONE_INTO_CGROUP)` (no task migration, so no RCU grace period per run). Everywhere
+//! else, and once the kernel or a seccomp filter has refused clone3, std's `Command` starts it
+//! and the backend's [`Containment::prepare`](super::Containment::prepare) moves it in before
+//! exec. What to run (argv, environment, stdio, terminal, process group) is the run layer's
+//! `LeaderCommand`; this module only says where, and whether clone3 is still worth trying.
+
+use std::os::fd::{AsFd, BorrowedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::sandbox::{SandboxPlan, StepError};
+use reaper_platform::linux::spawn::{self, SpawnError, SpawnSpec};
+
+use super::Backend;
+
+/// Why a leader could not be created inside its cgroup.
+pub enum Error {
+    /// A sandbox step failed in the child.
+    Sandbox(StepError),
+    /// clone3 or one of its flags is refused here (old kernel, seccomp): fall back, and stop
+    /// trying ([`give_up`]).
+    Unsupported(std::io::Error),
+    /// The kernel refused this cgroup as a target: fall back to a join before exec.
+    CgroupRefused(std::io::Error),
+    /// The spawn itself failed (exec, pipes): the command's error.
+    Failed(std::io::Error),
+}
+
+impl From<SpawnError> for Error {
+    fn from(e: SpawnError) -> Self {
+        match e {
+            SpawnError::Unsupported(e) => Error::Unsupported(e),
+            SpawnError::CgroupRefused(e) => Error::CgroupRefused(e),
+            SpawnError::Failed(e) => Error::Failed(e),
+            SpawnError::Sandbox(e) => Error::Sandbox(e),
+        }
+    }
+}
+
+static UNUSABLE: AtomicBool = AtomicBool::new(false);
+
+/// Whether to try clone3: not after it was refused once, nor when `REAPER_CLONE3=0`.
+fn usable() -> bool {
+    !UNUSABLE.load(Ordering::Relaxed) && std::env::var_os("REAPER_CLONE3").is_none_or(|v| v != "0")
+}
+
+/// clone3 was refused for good (`Error::Unsupported`): later runs join through `cgroup.procs`.
+pub fn give_up(e: &std::io::Error) {
+    tracing::debug!("clone3(CLONE_INTO_CGROUP) refused ({e}); joining through cgroup.procs");
+    UNUSABLE.store(true, Ordering::Relaxed);
+}
+
+/// The directory to create the leader in with clone3, when the backend has one and clone3 is
+/// still tried here; `None`: start it with std's `Command` and the backend's `prepare`.
+pub fn clone_target(backend: &Backend) -> Option<BorrowedFd<'_>> {
+    backend.clone_into_cgroup().filter(|_| usable())
+}
+
+/// Creates the leader `spec` describes inside `spec.cgroup`.
+pub fn clone_into(spec: &SpawnSpec<'_>) -> Result<Pidfd, Error> {
+    spawn::spawn_into_cgroup(spec).map_err(Error::from)
+}
+
+/// Why a probe failed: the sandbox step the kernel refused, or anything else.
+pub enum ProbeError {
+    Sandbox(StepError),
+    Other(String),
+}
+
+impl std::fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ProbeError::Sandbox(e) => e.fmt(f),
+            ProbeError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
+/// there (output discarded) and waits for it. For `reaper doctor`.
+pub fn probe_clone3(cgroup: BorrowedFd<'_>) -> Result<(), ProbeError> {
+    probe(cgroup, None)
+}
+
+/// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
+/// [`probe_clone3`], with the sandbox. For `reaper doctor`.
+pub fn probe_sandbox(cgroup: BorrowedFd<'_>, pid: bool) -> Result<(), ProbeError> {
+    let plan = SandboxPlan::new(pid)
+        .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
+    probe(cgroup, Some(&plan))
+}
+
+fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), ProbeError> {
+    use std::os::unix::ffi::OsStrExt;
+    let other = ProbeError::Other;
+    let program = std::ffi::OsStr::new("/proc/self/exe");
+    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let candidates = spawn::exec_candidates(program, path).map_err(|e| other(e.to_string()))?;
+    let cstr = |b: Vec<u8>| {
+        std::ffi::CString::new(b)
+            .map_err(|_| other("a NUL byte in an argument or the environment".into()))
+    };
+    let argv = vec![
+        cstr(program.as_bytes().to_vec())?,
+        cstr(b"--version".to_vec())?,
+    ];
+    let envp = env
+        .iter()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            cstr(kv)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let null = rustix::fs::open(
+        "/dev/null",
+        rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
+        rustix::fs::Mode::empty(),
+    )
+    .map_err(|e| other(std::io::Error::from(e).to_string()))?;
+    let spec = SpawnSpec {
+        candidates,
+        argv,
+        envp,
+        cwd: None,
+        stdio: [None, Some(null.as_fd()), Some(null.as_fd())],
+        new_process_group: false,
+        foreground_tty: None,
+        parent_death_signal: Some(reaper_platform::Signal::KILL),
+        cgroup,
+        sandbox,
+    };
+    // Under the reaping lock: the probe is waited for here (see reap.rs).
+    let _reaping = reaper_platform::reap::hold();
+    let pidfd = match clone_into(&spec) {
+        Ok(p) => p,
+        Err(Error::Unsupported(e) | Error::CgroupRefused(e)) => {
+            return Err(other(format!("refused: {e}")))
+        }
+        Err(Error::Sandbox(e)) => return Err(ProbeError::Sandbox(e)),
+        Err(Error::Failed(e)) => return Err(other(e.to_string())),
+    };
+    // `reaper --version` exits by itself; the kill only matters if it hangs.
+    let exited = rustix::event::poll(
+        &mut [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )],
+        Some(&rustix::time::Timespec {
+            tv_sec: 5,
+            tv_nsec: 0,
+        }),
+    );
+    spawn::kill_and_reap(&pidfd);
+    match exited {
+        Ok(1) => Ok(()),
+        _ => Err(other("the probe did not exit within 5 s".into())),
+    }
+}
