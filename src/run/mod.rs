@@ -11,6 +11,7 @@
 pub mod command;
 pub mod event;
 pub mod outcome;
+pub mod supervise;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -34,6 +35,7 @@ pub use command::{Io, LeaderCommand};
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
 use std::sync::Arc;
+pub use supervise::{Plan, Request, Requests, Step, StopSpec, Supervisor, Target};
 
 /// Which containment a run asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -556,10 +558,6 @@ impl Run {
     /// The leader's exit code or signal name, once it has been reaped.
     pub fn leader_status_parts(&self) -> (Option<i32>, Option<String>) {
         outcome::status_parts(self.leader.status)
-    }
-
-    pub fn events(&self) -> &EventSink {
-        &self.sink
     }
 
     /// Live processes of the run.
