@@ -273,9 +273,12 @@ impl std::fmt::Display for CheckError {
 /// How `check` supervises: SIGKILL for the whole tree on every stop (the program had its
 /// chance to clean up during the settle time, or it timed out); the settle is the leader's
 /// linger, which the timeout (the leader's) does not cut. A signal to reaper stops the run.
+/// The interrupt comes first: a timeout before it is only looked at once it was sent.
 pub fn plan(args: &CheckArgs) -> Plan {
     Plan {
-        timeout: args.timeout,
+        timeout: args
+            .timeout
+            .map(|t| t.max(args.interrupt_after.unwrap_or_default())),
         timeout_ends_linger: false,
         linger: args.settle,
         ..Plan::new(StopSpec::KILL)
@@ -330,10 +333,13 @@ async fn check_once(
     let mut step = loop {
         let at = interrupt_at.filter(|_| interrupt.is_none());
         tokio::select! {
-            s = sup.step() => break s,
+            // The interrupt before a timeout due at the same time (see `plan`).
+            biased;
             _ = tokio::time::sleep_until(at.unwrap_or(started)), if at.is_some() => {
-                interrupt = send_interrupt(args, sup.run_mut(), leader_pid, true);
+                let running = !sup.leader_exited();
+                interrupt = send_interrupt(args, sup.run_mut(), leader_pid, running);
             }
+            s = sup.step() => break s,
         }
     };
     // SIGINT/SIGTERM/SIGHUP to reaper while CMD runs (or settles): stop the tree, report an

@@ -6,7 +6,8 @@
 //!             └── timeout / cancel / reaper signalled ──────► Stopping ─► Reaped
 //! ```
 //! This module owns the policy (which signal, how long to wait, when to escalate); the
-//! containment backends only provide the mechanisms.
+//! containment backends only provide the mechanisms. What the run waits for and when it stops
+//! is decided in one place, [`supervise`].
 
 pub mod command;
 pub mod event;

@@ -266,6 +266,13 @@ impl<'r> Supervisor<'r> {
         &mut self.run
     }
 
+    /// Whether the leader has exited, looked at now (and reaped, if so: the next step says
+    /// [`Step::LeaderExited`]).
+    pub fn leader_exited(&mut self) -> bool {
+        self.run.leader.poll();
+        self.run.leader.gone
+    }
+
     /// Ends the supervision without stopping the run (`check --keep`).
     pub fn into_run(self) -> Run {
         self.run
