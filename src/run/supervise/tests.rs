@@ -88,17 +88,7 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
         .stdin(Io::Null)
         .stdout(Io::Null)
         .stderr(Io::Null);
-    let run = match Run::start(cmd, &opts(), sink).await {
-        Ok((run, _)) => run,
-        Err(e) => {
-            // ci/test.sh names what the machine has: there a skip would be a vacuous pass.
-            let required = std::env::var("REAPER_REQUIRE")
-                .is_ok_and(|r| r.split_whitespace().any(|n| n == "cgroup"));
-            assert!(!required, "no cgroup backend ({})", e.message());
-            eprintln!("skipped: no cgroup backend here ({})", e.message());
-            return None;
-        }
-    };
+    let run = start(cmd, sink).await?;
     let mut requests = Requests::new();
     if let Some(r) = request {
         requests.on(std::future::ready(()), r);
@@ -108,6 +98,21 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
     assert!(out.survivors.is_empty(), "{out:?}");
     let kinds = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Some((kinds, out.stop_reason))
+}
+
+/// Starts `cmd` in a cgroup of its own, or says why it cannot and returns `None`.
+async fn start(cmd: LeaderCommand, sink: EventSink) -> Option<Run> {
+    match Run::start(cmd, &opts(), sink).await {
+        Ok((run, _)) => Some(run),
+        Err(e) => {
+            // ci/test.sh names what the machine has: there a skip would be a vacuous pass.
+            let required = std::env::var("REAPER_REQUIRE")
+                .is_ok_and(|r| r.split_whitespace().any(|n| n == "cgroup"));
+            assert!(!required, "no cgroup backend ({})", e.message());
+            eprintln!("skipped: no cgroup backend here ({})", e.message());
+            None
+        }
+    }
 }
 
 /// The kinds without `signalled`, after checking that a signal went out after the decision
@@ -171,4 +176,45 @@ async fn the_faces_emit_the_same_events_on_a_signal() {
 #[tokio::test(flavor = "current_thread")]
 async fn the_faces_emit_the_same_events_on_a_cancel() {
     same_events(None, Some(Request::Cancel), "cancel-requested").await;
+}
+
+/// `step` is cancel-safe: dropped over and over in a face's `select!` (here every 10 ms), it
+/// still decides once, when the timeout is due, and says so once.
+#[tokio::test(flavor = "current_thread")]
+async fn a_step_dropped_again_and_again_decides_once() {
+    let (_, plan) = plans(Some("300ms")).remove(0);
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let sink = {
+        let seen = seen.clone();
+        EventSink::new(move |t_ms, ev| {
+            let v = serde_json::to_value(ev).unwrap_or_default();
+            let kind = v["event"].as_str().unwrap_or("?").to_owned();
+            seen.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((t_ms, kind));
+        })
+    };
+    let mut cmd = LeaderCommand::new("sleep");
+    cmd.args(["60"]).stdin(Io::Null);
+    let Some(run) = start(cmd, sink).await else {
+        return;
+    };
+    let mut requests = Requests::new();
+    let mut sup = Supervisor::new(run, plan, &mut requests);
+    let mut dropped = 0;
+    let step = loop {
+        match tokio::time::timeout(Duration::from_millis(10), sup.step()).await {
+            Ok(s) => break s,
+            Err(_) => dropped += 1,
+        }
+    };
+    assert_eq!(step, Step::Stop(StopReason::Timeout));
+    assert!(dropped >= 10, "the step was dropped only {dropped} times");
+    assert_eq!(sup.step().await, Step::Stop(StopReason::Timeout));
+    let out = sup.finish().await;
+    assert_eq!(out.stop_reason, StopReason::Timeout);
+    let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let timeouts: Vec<_> = seen.iter().filter(|(_, k)| k == "timeout").collect();
+    assert_eq!(timeouts.len(), 1, "{seen:?}");
+    assert!(timeouts[0].0 >= 300, "timed out early: {seen:?}");
 }
