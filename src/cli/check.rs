@@ -12,8 +12,8 @@ use tokio::time::Instant;
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
 use crate::run::{
-    EventSink, Io, LeaderCommand, Outcome, Plan, Request, Requests, Run, Step, StopReason,
-    StopSpec, Supervisor,
+    EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, Step, StopReason, StopSpec,
+    Supervisor,
 };
 
 #[derive(Debug, clap::Args)]
@@ -172,20 +172,13 @@ async fn check(args: CheckArgs) -> u8 {
         leaked_runs: 0,
         error: None,
     };
-    let Some(mut sigs) = super::Signals::new() else {
+    let Some(sigs) = super::Signals::new() else {
         say!("reaper: cannot install signal handlers");
         return 2;
     };
     // One stream for every repeat: a signal between two runs stops the next one.
     let mut requests = Requests::new();
-    requests.feed(|tx| async move {
-        loop {
-            let sig = sigs.recv().await;
-            if tx.send(Request::Signal(sig)).is_err() {
-                break;
-            }
-        }
-    });
+    super::run::signal_requests(sigs, &mut requests);
     let opts = args.contain.opts(&args.guard);
     for i in 0..args.repeat {
         match check_once(&args, &opts, &mut requests).await {
@@ -363,27 +356,11 @@ async fn check_once(
         });
     }
     let timed_out = reason == StopReason::Timeout;
-    let mut survivors = Vec::new();
-    if !timed_out {
-        let run = sup.run();
-        let members = run.members();
-        // Looked for by `members()`: an escapee is seen by then.
-        let escaped: Vec<(i32, u64)> = run
-            .escapees()
-            .into_iter()
-            .map(|e| (e.member.pid, e.member.starttime))
-            .collect();
-        survivors = members
-            .into_iter()
-            .filter_map(|m| {
-                let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
-                if escaped.contains(&(m.pid, m.starttime)) {
-                    s.escaped_by.push("left-cgroup");
-                }
-                Some(s)
-            })
-            .collect();
-    }
+    let survivors = if timed_out {
+        Vec::new()
+    } else {
+        survivors(sup.run(), leader_pgid, leader_sid, reaper_pid)
+    };
     let kill = !args.keep || survivors.is_empty();
     let result = if timed_out {
         "timeout"
@@ -440,6 +417,27 @@ async fn check_once(
         usage,
         out_of_memory,
     })
+}
+
+/// What is left of the run, described.
+fn survivors(run: &Run, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> Vec<Survivor> {
+    let members = run.members();
+    // Looked for by `members()`: an escapee is seen by then.
+    let escaped: Vec<(i32, u64)> = run
+        .escapees()
+        .into_iter()
+        .map(|e| (e.member.pid, e.member.starttime))
+        .collect();
+    members
+        .into_iter()
+        .filter_map(|m| {
+            let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
+            if escaped.contains(&(m.pid, m.starttime)) {
+                s.escaped_by.push("left-cgroup");
+            }
+            Some(s)
+        })
+        .collect()
 }
 
 /// `--interrupt-signal` to the leader (or the group reaper made for it) if `running`; `None`

@@ -415,44 +415,7 @@ async fn run(mut args: RunArgs) -> u8 {
             say!("{w}");
         }
     }
-    let mut requests = Requests::new();
-    requests.feed(|tx| async move {
-        loop {
-            let sig = sigs.recv().await;
-            if tx.send(Request::Signal(sig)).is_err() {
-                break;
-            }
-        }
-    });
-    if let Some(mut p) = parent {
-        requests.on(async move { p.died().await }, Request::ParentDied);
-    }
-    let stdin_eof = pipes.stdin.and_then(relay_stdin);
-    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
-    let stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
-    if let Some(read) = stdin_eof {
-        // The EOF: the relay read it, or the client hung up first (the relay may be stuck
-        // writing to a command that does not read, and would never get to read it).
-        let hung_up = async {
-            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
-            let seen = match stdin_hangup {
-                Some(rx) => rx.await.is_ok(),
-                None => false,
-            };
-            if !seen {
-                std::future::pending::<()>().await;
-            }
-        };
-        requests.on(
-            async move {
-                tokio::select! {
-                    _ = read => {}
-                    _ = hung_up => {}
-                }
-            },
-            Request::StdinEof,
-        );
-    }
+    let mut requests = requests(sigs, parent, pipes.stdin);
     let mut sup = Supervisor::new(run, plan(&args), &mut requests);
     let reason = loop {
         if let Step::Stop(r) = sup.step().await {
@@ -523,6 +486,58 @@ async fn run(mut args: RunArgs) -> u8 {
         }
     }
     code
+}
+
+/// The run's stop requests: reaper's signals, its parent's death, its stdin's EOF or hang-up.
+fn requests(
+    sigs: super::Signals,
+    parent: Option<super::ParentWatch>,
+    stdin: Option<ChildStdin>,
+) -> Requests {
+    let mut requests = Requests::new();
+    signal_requests(sigs, &mut requests);
+    if let Some(mut p) = parent {
+        requests.on(async move { p.died().await }, Request::ParentDied);
+    }
+    let stdin_eof = stdin.and_then(relay_stdin);
+    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
+    let stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
+    if let Some(read) = stdin_eof {
+        // The EOF: the relay read it, or the client hung up first (the relay may be stuck
+        // writing to a command that does not read, and would never get to read it).
+        let hung_up = async {
+            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
+            let seen = match stdin_hangup {
+                Some(rx) => rx.await.is_ok(),
+                None => false,
+            };
+            if !seen {
+                std::future::pending::<()>().await;
+            }
+        };
+        requests.on(
+            async move {
+                tokio::select! {
+                    _ = read => {}
+                    _ = hung_up => {}
+                }
+            },
+            Request::StdinEof,
+        );
+    }
+    requests
+}
+
+/// Every signal reaper listens to becomes a request, in the order they come.
+pub(super) fn signal_requests(mut sigs: super::Signals, requests: &mut Requests) {
+    requests.feed(|tx| async move {
+        loop {
+            let sig = sigs.recv().await;
+            if tx.send(Request::Signal(sig)).is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep
