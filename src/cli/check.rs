@@ -11,7 +11,10 @@ use tokio::time::Instant;
 
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
-use crate::run::{EventSink, Io, LeaderCommand, Outcome, Run, StopReason};
+use crate::run::{
+    EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, Step, StopReason, StopSpec,
+    Supervisor,
+};
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -169,13 +172,16 @@ async fn check(args: CheckArgs) -> u8 {
         leaked_runs: 0,
         error: None,
     };
-    let Some(mut sigs) = super::Signals::new() else {
+    let Some(sigs) = super::Signals::new() else {
         say!("reaper: cannot install signal handlers");
         return 2;
     };
+    // One stream for every repeat: a signal between two runs stops the next one.
+    let mut requests = Requests::new();
+    super::run::signal_requests(sigs, &mut requests);
     let opts = args.contain.opts(&args.guard);
     for i in 0..args.repeat {
-        match check_once(&args, &opts, &mut sigs).await {
+        match check_once(&args, &opts, &mut requests).await {
             Ok(r) => {
                 if !args.json {
                     print_run(&args, &r, i);
@@ -183,7 +189,7 @@ async fn check(args: CheckArgs) -> u8 {
                 report.runs.push(r);
             }
             Err(e) => {
-                report.error = Some(e);
+                report.error = Some(e.to_string());
                 break;
             }
         }
@@ -219,11 +225,65 @@ async fn check(args: CheckArgs) -> u8 {
     }
 }
 
+/// Why one check could not run to its report.
+#[derive(Debug)]
+pub enum CheckError {
+    /// CMD did not start (the run layer's message).
+    Start(String),
+    /// `--json`: stderr could not be duplicated for CMD's stdout.
+    DupStderr(std::io::Error),
+    /// reaper got a signal: CMD's tree was stopped; `survivors` what outlived the stop.
+    Signalled {
+        signal: String,
+        survivors: Vec<String>,
+    },
+    /// The run's end failed (the cgroup could not be removed, survivors of SIGKILL).
+    Finish(String),
+    /// `--keep`: the survivors could not be kept where they are.
+    Keep(crate::containment::Error),
+}
+
+impl std::fmt::Display for CheckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CheckError::Start(m) | CheckError::Finish(m) => f.write_str(m),
+            CheckError::Keep(e) => write!(f, "{e}"),
+            CheckError::DupStderr(e) => write!(f, "cannot dup stderr: {e}"),
+            CheckError::Signalled { signal, survivors } => {
+                let left = if survivors.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (survivors: {})", survivors.join(", "))
+                };
+                write!(
+                    f,
+                    "reaper got SIG{signal}; stopped CMD and everything it started{left}"
+                )
+            }
+        }
+    }
+}
+
+/// How `check` supervises: SIGKILL for the whole tree on every stop (the program had its
+/// chance to clean up during the settle time, or it timed out); the settle is the leader's
+/// linger, which the timeout (the leader's) does not cut. A signal to reaper stops the run.
+/// The interrupt comes first: a timeout before it is only looked at once it was sent.
+pub fn plan(args: &CheckArgs) -> Plan {
+    Plan {
+        timeout: args
+            .timeout
+            .map(|t| t.max(args.interrupt_after.unwrap_or_default())),
+        timeout_ends_linger: false,
+        linger: args.settle,
+        ..Plan::new(StopSpec::KILL)
+    }
+}
+
 async fn check_once(
     args: &CheckArgs,
     opts: &crate::run::ContainOpts,
-    sigs: &mut super::Signals,
-) -> Result<RunReport, String> {
+    requests: &mut Requests,
+) -> Result<RunReport, CheckError> {
     let mut cmd = LeaderCommand::new(&args.command[0]);
     cmd.args(&args.command[1..]);
     cmd.stdin(match args.stdin {
@@ -238,16 +298,16 @@ async fn check_once(
         let err = std::io::stderr();
         let fd = std::os::fd::AsFd::as_fd(&err)
             .try_clone_to_owned()
-            .map_err(|e| format!("cannot dup stderr: {e}"))?;
+            .map_err(CheckError::DupStderr)?;
         cmd.stdout(Io::Fd(fd));
     }
     if args.interrupt_group {
         // A group of CMD's own, so the group signal reaches CMD's tree and not reaper.
         cmd.process_group();
     }
-    let (mut run, _pipes) = Run::start(cmd, opts, EventSink::none())
+    let (run, _pipes) = Run::start(cmd, opts, EventSink::none())
         .await
-        .map_err(|e| e.message().to_owned())?;
+        .map_err(|e| CheckError::Start(e.message().to_owned()))?;
     if let Some(w) = &run.warning {
         say!("{w}");
     }
@@ -259,78 +319,48 @@ async fn check_once(
         .unwrap_or((leader_pid, 0));
     let reaper_pid = rustix::process::getpid().as_raw_nonzero().get();
 
-    // SIGINT/SIGTERM/SIGHUP to reaper while CMD runs: stop the tree, report an error (exit 2).
-    let watched = async {
-        let mut interrupt = None;
-        if let Some(after) = args.interrupt_after {
-            let exited = tokio::time::timeout(after, run.wait_leader()).await.is_ok();
-            let target = if args.interrupt_group {
-                "group"
-            } else {
-                "leader"
-            };
-            // A TSTP interrupt is the check's own, not the user's Ctrl-Z.
-            run.end_job_control();
-            let sent = !exited
-                && if args.interrupt_group {
-                    // The group reaper created for CMD (process_group(0): pgid = leader pid), never
-                    // whatever group the leader may have moved to.
-                    Pid::from_raw(leader_pid).is_some_and(|g| {
-                        matches!(
-                            signal::to_process_group(g, args.interrupt_signal),
-                            Ok(signal::Delivery::Sent)
-                        )
-                    })
-                } else {
-                    run.signal_leader(args.interrupt_signal)
-                };
-            interrupt = Some(Interrupt {
-                signal: signal::name(args.interrupt_signal),
-                target,
-                after_ms: after.as_millis() as u64,
-                sent,
-            });
-        }
-        let timed_out = match args.timeout {
-            Some(t) => tokio::time::timeout_at(started + t, run.wait_leader())
-                .await
-                .is_err(),
-            None => {
-                run.wait_leader().await;
-                false
+    let mut sup = Supervisor::new(run, plan(args), requests);
+    // The interrupt is the check's own action on the leader, not a stop: the run goes on (and
+    // is not a cancel). Sent at its time if the leader still runs, else recorded as not sent.
+    let mut interrupt = None;
+    let interrupt_at = args.interrupt_after.map(|d| started + d);
+    let mut step = loop {
+        let at = interrupt_at.filter(|_| interrupt.is_none());
+        tokio::select! {
+            // The interrupt before a timeout due at the same time (see `plan`).
+            biased;
+            _ = tokio::time::sleep_until(at.unwrap_or(started)), if at.is_some() => {
+                let running = !sup.leader_exited();
+                interrupt = send_interrupt(args, sup.run_mut(), leader_pid, running);
             }
-        };
-        let mut survivors = Vec::new();
-        if !timed_out {
-            run.linger(args.settle).await;
-            let members = run.members();
-            // Looked for by `members()`: an escapee is seen by then.
-            let escaped: Vec<(i32, u64)> = run
-                .escapees()
-                .into_iter()
-                .map(|e| (e.member.pid, e.member.starttime))
-                .collect();
-            survivors = members
-                .into_iter()
-                .filter_map(|m| {
-                    let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
-                    if escaped.contains(&(m.pid, m.starttime)) {
-                        s.escaped_by.push("left-cgroup");
-                    }
-                    Some(s)
-                })
-                .collect();
+            s = sup.step() => break s,
         }
-        (interrupt, timed_out, survivors)
     };
-    let (interrupt, timed_out, survivors) = tokio::select! {
-        r = watched => r,
-        sig = sigs.recv() => {
-            run.stop(Signal::KILL, Duration::ZERO, std::future::pending()).await;
-            let out = run.finish(StopReason::Signal, Some(sig)).await;
-            let left = if out.survivors.is_empty() { String::new() } else { format!(" (survivors: {})", out.survivors.join(", ")) };
-            return Err(format!("reaper got SIG{}; stopped CMD and everything it started{left}", signal::name(sig)));
+    // SIGINT/SIGTERM/SIGHUP to reaper while CMD runs (or settles): stop the tree, report an
+    // error (exit 2).
+    let reason = loop {
+        match step {
+            Step::Stop(r) => break r,
+            Step::LeaderExited => {
+                if interrupt.is_none() {
+                    interrupt = send_interrupt(args, sup.run_mut(), leader_pid, false);
+                }
+                step = sup.step().await;
+            }
         }
+    };
+    if reason == StopReason::Signal {
+        let out = sup.finish().await;
+        return Err(CheckError::Signalled {
+            signal: out.received_signal.unwrap_or_default(),
+            survivors: out.survivors,
+        });
+    }
+    let timed_out = reason == StopReason::Timeout;
+    let survivors = if timed_out {
+        Vec::new()
+    } else {
+        survivors(sup.run(), leader_pgid, leader_sid, reaper_pid)
     };
     let kill = !args.keep || survivors.is_empty();
     let result = if timed_out {
@@ -340,23 +370,15 @@ async fn check_once(
     } else {
         "leaked"
     };
-    let backend = run.backend_kind().as_str();
-    let mut cgroup = run.cgroup_path();
-    let limits = run.limits();
+    let backend = sup.run().backend_kind().as_str();
+    let mut cgroup = sup.run().cgroup_path();
+    let limits = sup.run().limits();
     let mut usage = None;
     let mut out_of_memory = false;
     let leader = if kill {
-        // No grace: the program had its chance to clean up during the settle time.
-        run.stop(Signal::KILL, Duration::ZERO, std::future::pending())
-            .await;
-        let reason = if timed_out {
-            StopReason::Timeout
-        } else {
-            StopReason::Exited
-        };
-        let out: Outcome = run.finish(reason, None).await;
+        let out: Outcome = sup.finish().await;
         if let Some(e) = out.error {
-            return Err(e);
+            return Err(CheckError::Finish(e));
         }
         usage = out.usage;
         out_of_memory = out.stop_reason == StopReason::Oom;
@@ -368,9 +390,13 @@ async fn check_once(
             ran_ms: out.leader_ms,
         }
     } else {
+        let run = sup.into_run();
         let (exit_code, sig) = run.leader_status_parts();
         let ran_ms = Some(started.elapsed().as_millis() as u64);
-        cgroup = run.keep()?.map(|p| p.display().to_string());
+        cgroup = run
+            .keep()
+            .map_err(CheckError::Keep)?
+            .map(|p| p.display().to_string());
         LeaderEnd {
             pid: leader_pid,
             exit_code,
@@ -391,6 +417,64 @@ async fn check_once(
         limits: (!limits.is_empty()).then_some(limits),
         usage,
         out_of_memory,
+    })
+}
+
+/// What is left of the run, described.
+fn survivors(run: &Run, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> Vec<Survivor> {
+    let members = run.members();
+    // Looked for by `members()`: an escapee is seen by then.
+    let escaped: Vec<(i32, u64)> = run
+        .escapees()
+        .into_iter()
+        .map(|e| (e.member.pid, e.member.starttime))
+        .collect();
+    members
+        .into_iter()
+        .filter_map(|m| {
+            let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
+            if escaped.contains(&(m.pid, m.starttime)) {
+                s.escaped_by.push("left-cgroup");
+            }
+            Some(s)
+        })
+        .collect()
+}
+
+/// `--interrupt-signal` to the leader (or the group reaper made for it) if `running`; `None`
+/// without `--interrupt-after`.
+fn send_interrupt(
+    args: &CheckArgs,
+    run: &mut Run,
+    leader_pid: i32,
+    running: bool,
+) -> Option<Interrupt> {
+    let after = args.interrupt_after?;
+    let target = if args.interrupt_group {
+        "group"
+    } else {
+        "leader"
+    };
+    // A TSTP interrupt is the check's own, not the user's Ctrl-Z.
+    run.end_job_control();
+    let sent = running
+        && if args.interrupt_group {
+            // The group reaper created for CMD (process_group(0): pgid = leader pid), never
+            // whatever group the leader may have moved to.
+            Pid::from_raw(leader_pid).is_some_and(|g| {
+                matches!(
+                    signal::to_process_group(g, args.interrupt_signal),
+                    Ok(signal::Delivery::Sent)
+                )
+            })
+        } else {
+            run.signal_leader(args.interrupt_signal)
+        };
+    Some(Interrupt {
+        signal: signal::name(args.interrupt_signal),
+        target,
+        after_ms: after.as_millis() as u64,
+        sent,
     })
 }
 

@@ -215,7 +215,6 @@ pub struct SigSpec(i32);
 
 impl SigSpec {
     pub const TERM: SigSpec = SigSpec(libc::SIGTERM);
-    pub const KILL: SigSpec = SigSpec(libc::SIGKILL);
 
     pub fn from_signal(s: Signal) -> SigSpec {
         SigSpec(s.as_raw())

@@ -8,9 +8,10 @@ use reaper_platform::{ExitStatus, Signal};
 
 use super::parse::{self, SigSpec};
 use crate::guardian::Guardian;
+use crate::run::supervise::{CutShort, Escalation};
 use crate::run::{
-    ContainOpts, DelegateMode, Event, EventSink, Io, LeaderCommand, Outcome, Requested, Run,
-    SandboxMode, StopReason,
+    ContainOpts, DelegateMode, EventSink, Io, LeaderCommand, Outcome, Plan, Request, Requested,
+    Requests, Run, SandboxMode, Step, StopReason, StopSpec, Supervisor, Target,
 };
 use std::process::ChildStdin;
 use std::sync::Arc;
@@ -269,23 +270,55 @@ impl ContainArgs {
 /// Grace when reaper's parent died: nobody waits for a clean exit, the tree must be gone fast.
 const PARENT_DEATH_GRACE: Duration = Duration::from_millis(300);
 
-/// Exit status, like timeout(1): the leader's code, 128+N for death by signal N, 124 on
-/// timeout unless `preserve_status`, 125 when reaper itself failed (including survivors).
-pub fn exit_code(o: &Outcome, preserve_status: bool) -> u8 {
-    if o.stop_reason == StopReason::Error || !o.survivors.is_empty() {
-        return 125;
-    }
-    if o.stop_reason == StopReason::Timeout && !preserve_status {
-        return 124;
-    }
-    // As for a death by SIGKILL, also when the OOM killer spared the leader.
-    if o.stop_reason == StopReason::Oom {
-        return 128 + 9;
-    }
-    match o.leader_status {
-        Some(ExitStatus::Code(c)) => (c & 0xff) as u8,
-        Some(ExitStatus::Signal(s)) => (128 + (s & 0x7f)) as u8,
-        None => 125,
+/// A container's init: asked for, or PID 1 (of a PID namespace). timeout(1)'s face keeps its
+/// own semantics everywhere.
+fn is_init(args: &RunArgs) -> bool {
+    args.face.is_none() && (args.init || args.forward_to.is_some() || std::process::id() == 1)
+}
+
+/// How `run` (and `timeout`) supervise: the `-s` signal to the whole tree on every stop, the
+/// leftovers' stop too; a second signal that is not passed on cuts the grace short.
+pub fn plan(args: &RunArgs) -> Plan {
+    let stop = StopSpec {
+        first: args.signal.signal(),
+        to: Target::Tree,
+        grace: args.grace,
+    };
+    let escalation = match &args.face {
+        None => Escalation::Grace,
+        Some(face) => {
+            let (face, command, spec) = (face.clone(), args.command[0].clone(), args.signal);
+            Escalation::AfterLeader {
+                kill_after: face.kill_after,
+                foreground: face.foreground,
+                // `None` is signal 0, which only `-s` can name.
+                announce: Some(Arc::new(move |sig: Option<Signal>| {
+                    face.sending(sig.map_or(spec, SigSpec::from_signal), &command)
+                })),
+            }
+        }
+    };
+    Plan {
+        // timeout(1): 0 means no timeout.
+        timeout: args.timeout.filter(|d| !d.is_zero()),
+        timeout_ends_linger: true,
+        stop,
+        leftovers: stop,
+        linger: args.linger,
+        stdin_eof: args.on_stdin_eof,
+        parent_death_grace: PARENT_DEATH_GRACE,
+        shutdown_grace: args.grace,
+        forward: if is_init(args) {
+            FORWARDED.to_vec()
+        } else {
+            Vec::new()
+        },
+        forward_to: match args.forward_to {
+            Some(ForwardTo::Tree) => Target::Tree,
+            _ => Target::Leader,
+        },
+        cut_short: CutShort::BySignal,
+        escalation,
     }
 }
 
@@ -313,13 +346,7 @@ async fn run(mut args: RunArgs) -> u8 {
         say!("reaper: cannot install signal handlers");
         return 125;
     };
-    // A container's init: asked for, or PID 1 (of a PID namespace). timeout(1)'s face keeps
-    // its own semantics everywhere.
-    let init =
-        face.is_none() && (args.init || args.forward_to.is_some() || std::process::id() == 1);
-    let to_tree = args.forward_to == Some(ForwardTo::Tree);
-    let forwarded = |sig: Signal| init && FORWARDED.contains(&sig);
-    if init {
+    if is_init(&args) {
         for sig in FORWARDED {
             sigs.also(sig);
         }
@@ -333,7 +360,7 @@ async fn run(mut args: RunArgs) -> u8 {
             sigs.also(s);
         }
     }
-    let mut parent = if args.die_with_parent {
+    let parent = if args.die_with_parent {
         match super::ParentWatch::start() {
             Ok(w) => Some(w),
             Err(e) => {
@@ -358,7 +385,7 @@ async fn run(mut args: RunArgs) -> u8 {
     }
     let opts = args.contain.opts(&args.guard);
     let guardian = opts.guardian.clone();
-    let (mut run, pipes) = match Run::start(cmd, &opts, sink).await {
+    let (run, pipes) = match Run::start(cmd, &opts, sink).await {
         Ok(r) => r,
         Err(e) => {
             match (&face, e.exec_error()) {
@@ -388,181 +415,19 @@ async fn run(mut args: RunArgs) -> u8 {
             say!("{w}");
         }
     }
-    let mut stdin_eof = pipes.stdin.and_then(relay_stdin);
-    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
-    let mut stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
-
-    let timeout = async {
-        match args.timeout {
-            Some(d) => tokio::time::sleep(d).await,
-            None => std::future::pending().await,
+    let mut requests = requests(sigs, parent, pipes.stdin);
+    let mut sup = Supervisor::new(run, plan(&args), &mut requests);
+    let reason = loop {
+        if let Step::Stop(r) = sup.step().await {
+            break r;
         }
     };
-    // The EOF: the relay read it, or the client hung up first (the relay may be stuck
-    // writing to a command that does not read, and would never get to read it).
-    let eof = async {
-        let read = async {
-            match stdin_eof.as_mut() {
-                Some(rx) => {
-                    let _ = rx.await;
-                }
-                None => std::future::pending().await,
-            }
-        };
-        let hung_up = async {
-            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
-            let seen = match stdin_hangup.as_mut() {
-                Some(rx) => rx.await.is_ok(),
-                None => false,
-            };
-            if !seen {
-                std::future::pending::<()>().await;
-            }
-        };
-        tokio::select! {
-            _ = read => {}
-            _ = hung_up => {}
-        }
-    };
-    let parent_died = async {
-        match parent.as_mut() {
-            Some(p) => p.died().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(timeout, eof, parent_died);
-    let events = run.events().clone();
-    let announce = |reason: StopReason, received: Option<Signal>| match (reason, received) {
-        (StopReason::Timeout, _) => events.emit(Event::Timeout {
-            after_ms: args.timeout.map(|d| d.as_millis() as u64).unwrap_or(0),
-        }),
-        (StopReason::ParentDied, _) => events.emit(Event::ParentDied),
-        (StopReason::StdinEof, _) => events.emit(Event::StdinEof),
-        (_, Some(sig)) => events.emit(Event::ReaperSignalled {
-            signal: reaper_platform::signal::name(sig),
-        }),
-        _ => {}
-    };
-    let (mut reason, mut received) = loop {
-        let got = tokio::select! {
-            _ = run.wait_leader() => (StopReason::Exited, None),
-            _ = &mut timeout => (StopReason::Timeout, None),
-            sig = sigs.recv() => match sig {
-                Signal::ALARM if face.is_some() => (StopReason::Timeout, None),
-                sig => (StopReason::Signal, Some(sig)),
-            },
-            _ = &mut eof => (StopReason::StdinEof, None),
-            _ = &mut parent_died => (StopReason::ParentDied, None),
-        };
-        match got {
-            (StopReason::Signal, Some(sig)) if forwarded(sig) => {
-                run.forward(sig, to_tree);
-            }
-            got => break got,
-        }
-    };
-    announce(reason, received);
-    // A second wait, still cut short by the timeout and by signals: CMD's allowance to exit
-    // by itself after its stdin was closed, or the leftovers' --linger after the leader exited.
-    let allowance = args.on_stdin_eof.unwrap_or_default();
-    let second = match reason {
-        StopReason::StdinEof => Some(true),
-        StopReason::Exited if !args.linger.is_zero() => Some(false),
-        _ => None,
-    };
-    if let Some(stdin_allowance) = second {
-        let now = tokio::time::Instant::now();
-        let span = if stdin_allowance {
-            allowance
-        } else {
-            args.linger
-        };
-        // Durations are capped at 100 years (parse::duration); an Instant that far may still
-        // not exist, and then the wait is for ever in practice.
-        let until = now
-            .checked_add(span)
-            .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365));
-        let interrupted = loop {
-            let wait = async {
-                if stdin_allowance {
-                    tokio::time::timeout_at(until, run.wait_leader())
-                        .await
-                        .is_ok()
-                } else {
-                    run.linger(until.saturating_duration_since(tokio::time::Instant::now()))
-                        .await;
-                    false
-                }
-            };
-            let got = tokio::select! {
-                exited = wait => {
-                    if exited {
-                        reason = StopReason::Exited;
-                    }
-                    None
-                }
-                _ = &mut timeout => Some((StopReason::Timeout, None)),
-                sig = sigs.recv() => Some((StopReason::Signal, Some(sig))),
-                _ = &mut parent_died => Some((StopReason::ParentDied, None)),
-            };
-            match got {
-                Some((StopReason::Signal, Some(sig))) if forwarded(sig) => {
-                    run.forward(sig, to_tree);
-                }
-                got => break got,
-            }
-        };
-        if let Some((r, sig)) = interrupted {
-            (reason, received) = (r, sig);
-            announce(reason, received);
-        }
-    }
-    let mut grace = if reason == StopReason::ParentDied {
-        args.grace.min(PARENT_DEATH_GRACE)
-    } else {
-        args.grace
-    };
-    let mut first = args.signal.signal();
-    if let Some(face) = &face {
-        if matches!(reason, StopReason::Timeout | StopReason::Signal) {
-            let (end, timed_out) = signal_and_wait(
-                &mut run,
-                face,
-                &args,
-                received,
-                args.timeout.is_some() && reason != StopReason::Timeout,
-                timeout.as_mut(),
-                &mut sigs,
-            )
-            .await;
-            if timed_out {
-                reason = StopReason::Timeout;
-            }
-            // The rest of the tree already had the signal, if it was sent to all: what is left
-            // of its grace, then SIGKILL. After -k: SIGKILL at once.
-            (first, grace) = match end {
-                PhaseEnd::KillAfter => (Some(Signal::KILL), Duration::ZERO),
-                PhaseEnd::LeaderExited {
-                    signalled_all: true,
-                    left,
-                } => (None, left),
-                PhaseEnd::LeaderExited {
-                    signalled_all: false,
-                    left,
-                } => (first, left),
-            };
-        }
-    }
-    // A second INT/TERM/HUP during the grace period means "now"; for an init, a second TERM
-    // (the others are no longer passed on: the tree is being stopped).
-    let again = async { while forwarded(sigs.recv().await) {} };
     let leftovers = if reason == StopReason::Exited {
-        run.members().len()
+        sup.run().members().len()
     } else {
         0
     };
-    run.stop(first, grace, again).await;
-    let outcome = run.finish(reason, received).await;
+    let outcome = sup.finish().await;
     if let Some(g) = &guardian {
         g.done();
     }
@@ -572,7 +437,7 @@ async fn run(mut args: RunArgs) -> u8 {
             say!("reaper: cannot write the report to {}: {e}", path.display());
         }
     }
-    let mut code = exit_code(&outcome, args.preserve_status);
+    let mut code = outcome.exit_code(args.preserve_status);
     // timeout(1) 9.1: COMMAND killed by SIGKILL after a timeout is 137 even without
     // --preserve-status (-s KILL, or -k), so that a forced kill can be told apart.
     if face.is_some()
@@ -623,70 +488,56 @@ async fn run(mut args: RunArgs) -> u8 {
     code
 }
 
-/// How timeout(1)'s wait for COMMAND ended.
-enum PhaseEnd {
-    /// `-k` passed with COMMAND still running: everything is SIGKILLed now.
-    KillAfter,
-    /// COMMAND exited. `signalled_all`: the rest of the tree had the signal too; `left`: the
-    /// grace it still has before SIGKILL.
-    LeaderExited { signalled_all: bool, left: Duration },
-}
-
-/// timeout(1) after its timeout or a signal to reaper: `sig` (the `-s` signal, or the one
-/// reaper received) to the tree — to COMMAND alone with `--foreground` — then a wait for COMMAND
-/// itself: for `-k` at most, for ever without it (timeout(1) never escalates by itself). A
-/// further signal to reaper is passed on the same way; the timeout, if it fires meanwhile, sends
-/// the `-s` signal. Returns how it ended and whether the timeout fired.
-async fn signal_and_wait(
-    run: &mut Run,
-    face: &TimeoutFace,
-    args: &RunArgs,
-    received: Option<Signal>,
-    mut timeout_pending: bool,
-    mut timeout: std::pin::Pin<&mut impl std::future::Future<Output = ()>>,
-    sigs: &mut super::Signals,
-) -> (PhaseEnd, bool) {
-    let mut timed_out = received.is_none();
-    let mut sig = received.map_or(args.signal, SigSpec::from_signal);
-    let kill_at = face.kill_after.map(|d| tokio::time::Instant::now() + d);
-    let mut signalled_all = false;
-    loop {
-        face.sending(sig, &args.command[0]);
-        if let Some(s) = sig.signal() {
-            run.signal(s, face.foreground);
-            signalled_all |= !face.foreground;
-        }
-        let kill = async {
-            match kill_at {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
+/// The run's stop requests: reaper's signals, its parent's death, its stdin's EOF or hang-up.
+fn requests(
+    sigs: super::Signals,
+    parent: Option<super::ParentWatch>,
+    stdin: Option<ChildStdin>,
+) -> Requests {
+    let mut requests = Requests::new();
+    signal_requests(sigs, &mut requests);
+    if let Some(mut p) = parent {
+        requests.on(async move { p.died().await }, Request::ParentDied);
+    }
+    let stdin_eof = stdin.and_then(relay_stdin);
+    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
+    let stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
+    if let Some(read) = stdin_eof {
+        // The EOF: the relay read it, or the client hung up first (the relay may be stuck
+        // writing to a command that does not read, and would never get to read it).
+        let hung_up = async {
+            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
+            let seen = match stdin_hangup {
+                Some(rx) => rx.await.is_ok(),
+                None => false,
+            };
+            if !seen {
+                std::future::pending::<()>().await;
             }
         };
-        tokio::select! {
-            _ = run.wait_leader() => {
-                let left = kill_at.map_or(args.grace, |t| {
-                    t.saturating_duration_since(tokio::time::Instant::now())
-                });
-                return (PhaseEnd::LeaderExited { signalled_all, left }, timed_out);
-            }
-            _ = kill => {
-                face.sending(SigSpec::KILL, &args.command[0]);
-                return (PhaseEnd::KillAfter, timed_out);
-            }
-            _ = timeout.as_mut(), if timeout_pending => {
-                timeout_pending = false;
-                timed_out = true;
-                sig = args.signal;
-            }
-            s = sigs.recv() => if s == Signal::ALARM {
-                timeout_pending = false;
-                timed_out = true;
-                sig = args.signal;
-            } else {
-                sig = SigSpec::from_signal(s);
+        requests.on(
+            async move {
+                tokio::select! {
+                    _ = read => {}
+                    _ = hung_up => {}
+                }
             },
-        }
+            Request::StdinEof,
+        );
     }
+    requests
+}
+
+/// Every signal reaper listens to becomes a request, in the order they come.
+pub(super) fn signal_requests(mut sigs: super::Signals, requests: &mut Requests) {
+    requests.feed(|tx| async move {
+        loop {
+            let sig = sigs.recv().await;
+            if tx.send(Request::Signal(sig)).is_err() {
+                break;
+            }
+        }
+    });
 }
 
 /// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep
@@ -775,95 +626,5 @@ fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()
         Ok(())
     } else {
         std::fs::write(path, json + "\n")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn outcome(reason: StopReason, st: Option<ExitStatus>) -> Outcome {
-        let mut o = Outcome {
-            argv: vec![],
-            backend: "cgroup",
-            cgroup: None,
-            scope: None,
-            leader_pid: 1,
-            exit_code: None,
-            signal: None,
-            stop_reason: reason,
-            received_signal: None,
-            duration_ms: 0,
-            leader_ms: None,
-            teardown_ms: 0,
-            killed: 0,
-            survivors: vec![],
-            escapees: vec![],
-            error: None,
-            guardian_pid: None,
-            limits: None,
-            usage: None,
-            leader_status: None,
-        };
-        o.set_leader_status(st);
-        o
-    }
-
-    #[test]
-    fn exit_code_is_the_leaders_over_the_whole_domain() {
-        for c in 0..=255 {
-            assert_eq!(
-                exit_code(
-                    &outcome(StopReason::Exited, Some(ExitStatus::Code(c))),
-                    false
-                ),
-                c as u8
-            );
-        }
-        for s in 1..=64 {
-            assert_eq!(
-                exit_code(
-                    &outcome(StopReason::Exited, Some(ExitStatus::Signal(s))),
-                    false
-                ),
-                (128 + s) as u8
-            );
-            assert_eq!(
-                exit_code(
-                    &outcome(StopReason::Signal, Some(ExitStatus::Signal(s))),
-                    false
-                ),
-                (128 + s) as u8
-            );
-        }
-    }
-
-    #[test]
-    fn timeout_is_124_unless_preserved() {
-        let o = outcome(StopReason::Timeout, Some(ExitStatus::Signal(15)));
-        assert_eq!(exit_code(&o, false), 124);
-        assert_eq!(exit_code(&o, true), 143);
-        let o = outcome(StopReason::Timeout, Some(ExitStatus::Code(3)));
-        assert_eq!(exit_code(&o, true), 3);
-    }
-
-    /// Issue 13: a run the OOM killer ended exits as for SIGKILL, also when the leader itself
-    /// was spared and exited with a code.
-    #[test]
-    fn oom_is_137() {
-        for st in [Some(ExitStatus::Signal(9)), Some(ExitStatus::Code(0)), None] {
-            assert_eq!(exit_code(&outcome(StopReason::Oom, st), false), 137);
-        }
-    }
-
-    #[test]
-    fn survivors_or_errors_are_125() {
-        let mut o = outcome(StopReason::Exited, Some(ExitStatus::Code(0)));
-        o.survivors.push("x (pid 1)".into());
-        assert_eq!(exit_code(&o, false), 125);
-        let mut o = outcome(StopReason::Timeout, None);
-        o.stop_reason = StopReason::Error;
-        assert_eq!(exit_code(&o, false), 125);
-        assert_eq!(exit_code(&outcome(StopReason::Exited, None), false), 125);
     }
 }

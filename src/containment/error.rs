@@ -89,18 +89,6 @@ impl Error {
     pub fn what(&self) -> &str {
         &self.what
     }
-
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
-    pub fn errno(&self) -> Option<i32> {
-        self.errno
-    }
-
-    pub fn what_to_do(&self) -> Option<&'static str> {
-        self.hint
-    }
 }
 
 impl fmt::Display for Error {
@@ -133,13 +121,5 @@ impl From<String> for Error {
 impl From<&str> for Error {
     fn from(what: &str) -> Self {
         Self::new(what)
-    }
-}
-
-/// For the faces that still carry their errors as text (the command line's `check`): the
-/// error's words, as users see them.
-impl From<Error> for String {
-    fn from(e: Error) -> Self {
-        e.to_string()
     }
 }

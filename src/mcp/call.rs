@@ -15,7 +15,7 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use reaper_platform::{ExitStatus, Signal};
+use reaper_platform::Signal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
@@ -24,7 +24,11 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
-use crate::run::{ContainOpts, Event, EventSink, Io, LeaderCommand, Run, StartError, StopReason};
+use crate::run::supervise::CutShort;
+use crate::run::{
+    ContainOpts, EventSink, Io, LeaderCommand, Plan, Request, Requests, Run, StartError, Step,
+    StopReason, StopSpec, Supervisor, Target,
+};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
 pub const DRAIN_WINDOW: Duration = Duration::from_millis(250);
@@ -57,15 +61,6 @@ pub struct Finished {
     pub survivors: Vec<String>,
     /// Processes of the call that had left its cgroup (stopped with the rest).
     pub escapees: Vec<String>,
-}
-
-/// Why the running phase ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Why {
-    Exited,
-    Timeout,
-    Cancel,
-    Shutdown,
 }
 
 /// A pipe from the child, read until EOF; after EOF or an error it is never ready again.
@@ -114,6 +109,22 @@ impl Source {
     }
 }
 
+/// How a call is supervised: on a timeout, cancel or shutdown, SIGINT to codex alone and the
+/// grace (capped at [`SHUTDOWN_GRACE`] for a shutdown, which also cuts a running grace short);
+/// after codex's own exit, its leftovers are killed at once.
+pub fn plan(spec: &CallSpec) -> Plan {
+    Plan {
+        timeout: Some(spec.timeout),
+        shutdown_grace: SHUTDOWN_GRACE,
+        cut_short: CutShort::ByShutdown,
+        ..Plan::new(StopSpec {
+            first: Some(Signal::INT),
+            to: Target::Leader,
+            grace: spec.grace,
+        })
+    }
+}
+
 /// Runs one call to its end. `cancel` is the client's cancellation, `shutdown` the server's.
 pub async fn run(
     spec: CallSpec,
@@ -131,7 +142,7 @@ pub async fn run(
         .stderr(Io::Piped);
     let id = spec.id;
     let sink = EventSink::new(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
-    let (mut run, pipes) = match Run::start(cmd, &spec.contain, sink).await {
+    let (run, pipes) = match Run::start(cmd, &spec.contain, sink).await {
         Ok(r) => r,
         Err(e) => {
             let ending = match e {
@@ -159,12 +170,15 @@ pub async fn run(
     warn_once(run.warning.as_deref());
     tracing::debug!(call = id, pid = run.leader_pid(), "codex started");
     let started = Instant::now();
+    let plan = plan(&spec);
     let writer = tokio::spawn(write_prompt(pipes.stdin.map(OwnedFd::from), spec.prompt));
     let mut out = Source::new(pipes.stdout.map(OwnedFd::from));
     let mut err = Source::new(pipes.stderr.map(OwnedFd::from));
 
-    let deadline = tokio::time::sleep(spec.timeout);
-    tokio::pin!(deadline);
+    let mut requests = Requests::new();
+    requests.on(cancel.clone().cancelled_owned(), Request::Cancel);
+    requests.on(shutdown.clone().cancelled_owned(), Request::Shutdown);
+    let mut sup = Supervisor::new(run, plan, &mut requests);
     let mut tick = (progress.enabled() && !progress.interval.is_zero()).then(|| {
         let mut t = tokio::time::interval(progress.interval);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -179,82 +193,50 @@ pub async fn run(
         });
     };
 
-    let why = loop {
+    let step = loop {
         let seen = stream.item_events;
         tokio::select! {
-            _ = run.wait_leader() => break Why::Exited,
-            _ = &mut deadline => break Why::Timeout,
-            _ = cancel.cancelled() => break Why::Cancel,
-            _ = shutdown.cancelled() => break Why::Shutdown,
+            step = sup.step() => break step,
             bytes = out.read() => stream.feed(bytes),
             bytes = err.read() => stderr.push(bytes),
             _ = async { match tick.as_mut() {
                 Some(t) => { t.tick().await; }
                 None => std::future::pending().await,
-            } } => report(&run, &stream, progress),
+            } } => report(sup.run(), &stream, progress),
         }
         if stream.item_events != seen && progress.item_report_due() {
-            report(&run, &stream, progress);
+            report(sup.run(), &stream, progress);
         }
     };
 
-    let reason = match why {
-        Why::Exited => {
-            // Output codex wrote before exiting is still in the pipes; a leftover descendant
-            // may hold them open, so read for a short window only.
-            let window = tokio::time::sleep(DRAIN_WINDOW);
-            tokio::pin!(window);
-            while out.open() || err.open() {
-                tokio::select! {
-                    _ = &mut window => break,
-                    bytes = out.read() => stream.feed(bytes),
-                    bytes = err.read() => stderr.push(bytes),
-                }
+    if step == Step::LeaderExited {
+        // Output codex wrote before exiting is still in the pipes; a leftover descendant
+        // may hold them open, so read for a short window only.
+        let window = tokio::time::sleep(DRAIN_WINDOW);
+        tokio::pin!(window);
+        while out.open() || err.open() {
+            tokio::select! {
+                _ = &mut window => break,
+                bytes = out.read() => stream.feed(bytes),
+                bytes = err.read() => stderr.push(bytes),
             }
-            let leftovers = run.members().len();
-            if leftovers > 0 {
-                run.stop(Signal::KILL, Duration::ZERO, std::future::pending::<()>())
-                    .await;
-            }
-            StopReason::Exited
         }
-        Why::Timeout | Why::Cancel | Why::Shutdown => {
-            let (reason, grace) = match why {
-                Why::Timeout => {
-                    run.events().emit(Event::Timeout {
-                        after_ms: spec.timeout.as_millis() as u64,
-                    });
-                    (StopReason::Timeout, spec.grace)
-                }
-                Why::Cancel => {
-                    run.events().emit(Event::CancelRequested);
-                    (StopReason::Cancel, spec.grace)
-                }
-                _ => (StopReason::Signal, spec.grace.min(SHUTDOWN_GRACE)),
-            };
-            // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
-            // shutdown's own (short) grace is not cut.
-            let cut_short = async {
-                if why == Why::Shutdown {
-                    std::future::pending::<()>().await;
-                }
-                shutdown.cancelled().await;
-            };
-            // Keep reading while codex winds down: a full pipe would block its last words.
-            // SIGINT to codex alone: it interrupts its turn and kills its own tool process
-            // groups; after the grace, the whole cgroup is killed.
-            let stop = run.stop_from_leader(Signal::INT, grace, cut_short);
-            tokio::pin!(stop);
-            loop {
-                tokio::select! {
-                    _ = &mut stop => break,
-                    bytes = out.read() => stream.feed(bytes),
-                    bytes = err.read() => stderr.push(bytes),
-                }
+    }
+    // Keep reading while codex winds down: a full pipe would block its last words. On a
+    // timeout, cancel or shutdown: SIGINT to codex alone (it interrupts its turn and kills its
+    // own tool process groups); after the grace, the whole cgroup is killed. After its exit:
+    // its leftovers are killed at once.
+    {
+        let stop = sup.stop();
+        tokio::pin!(stop);
+        loop {
+            tokio::select! {
+                _ = &mut stop => break,
+                bytes = out.read() => stream.feed(bytes),
+                bytes = err.read() => stderr.push(bytes),
             }
-            reason
         }
-    };
+    }
     // The tree is gone, so every writer is closed: what is left in the pipes comes at once.
     let last = tokio::time::sleep(FINAL_READ);
     tokio::pin!(last);
@@ -268,23 +250,10 @@ pub async fn run(
     stream.finish();
     writer.abort();
 
-    let outcome = run.finish(reason, None).await;
-    let returncode = outcome.leader_status.map(returncode);
-    let oom = outcome.stop_reason == StopReason::Oom;
-    let ending = match why {
-        Why::Exited if oom => Ending::OutOfMemory {
-            limit: outcome.limits.and_then(|l| l.memory_max).unwrap_or(0),
-            returncode,
-        },
-        Why::Exited => Ending::Exited(returncode.unwrap_or(-1)),
-        Why::Timeout => Ending::TimedOut {
-            secs: spec.timeout_secs,
-            returncode,
-        },
-        Why::Cancel => Ending::Cancelled { returncode },
-        Why::Shutdown => Ending::Shutdown { returncode },
-    };
-    if why == Why::Exited && outcome.killed > 0 {
+    let outcome = sup.finish().await;
+    let ending = Ending::of(&outcome, spec.timeout_secs);
+    let reason = outcome.stop_reason;
+    if reason == StopReason::Exited && outcome.killed > 0 {
         tracing::warn!(
             call = id,
             "codex exited and left {} process(es) running; killed them",
@@ -293,7 +262,7 @@ pub async fn run(
     } else {
         tracing::info!(
             call = id,
-            ?why,
+            ?reason,
             killed = outcome.killed,
             ms = outcome.duration_ms,
             "call ended"
@@ -326,14 +295,6 @@ pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, crate::containment
     crate::containment::select::isolated(opts).await
 }
 
-/// Python's `returncode`: the exit code, or minus the signal that killed the process.
-pub fn returncode(st: ExitStatus) -> i64 {
-    match st {
-        ExitStatus::Code(c) => i64::from(c),
-        ExitStatus::Signal(s) => -i64::from(s),
-    }
-}
-
 /// Writes the prompt and closes stdin (codex reads stdin to its end before it starts). A codex
 /// that exits without reading gives EPIPE, which is not an error of the call.
 async fn write_prompt(stdin: Option<OwnedFd>, prompt: String) {
@@ -356,18 +317,5 @@ fn warn_once(warning: Option<&str>) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     if let Some(w) = warning {
         WARNED.call_once(|| tracing::warn!("{w}"));
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn returncodes_are_pythons() {
-        assert_eq!(returncode(ExitStatus::Code(0)), 0);
-        assert_eq!(returncode(ExitStatus::Code(3)), 3);
-        assert_eq!(returncode(ExitStatus::Signal(9)), -9);
-        assert_eq!(returncode(ExitStatus::Signal(2)), -2);
     }
 }

@@ -7,6 +7,7 @@ use serde_json::{json, Map, Value};
 use super::argv::Ignored;
 use super::py;
 use super::stream::{EventStream, Tail, TurnStatus, USAGE_KEYS};
+use crate::run::{Outcome, StopReason};
 
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -30,6 +31,27 @@ pub enum Ending {
 }
 
 impl Ending {
+    /// How a call that ran ended, from its outcome (`secs`: the `timeout_seconds` asked for).
+    pub fn of(o: &Outcome, secs: u64) -> Ending {
+        let returncode = o.returncode();
+        match o.stop_reason {
+            StopReason::Oom => Ending::OutOfMemory {
+                limit: o.limits.and_then(|l| l.memory_max).unwrap_or(0),
+                returncode,
+            },
+            // `Error` is an exit whose end failed (the run layer says so in the log).
+            StopReason::Exited | StopReason::Error => Ending::Exited(returncode.unwrap_or(-1)),
+            StopReason::Timeout => Ending::TimedOut { secs, returncode },
+            StopReason::Cancel => Ending::Cancelled { returncode },
+            // A call's plan has no signal, parent or stdin of its own: the server's end is
+            // the only other stop.
+            StopReason::Shutdown
+            | StopReason::Signal
+            | StopReason::ParentDied
+            | StopReason::StdinEof => Ending::Shutdown { returncode },
+        }
+    }
+
     fn ok(&self) -> bool {
         *self == Ending::Exited(0)
     }

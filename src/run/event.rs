@@ -22,7 +22,8 @@ pub enum Event {
     },
     /// The wall-clock limit passed.
     Timeout { after_ms: u64 },
-    /// Someone asked the run to stop (an MCP cancel, a `check` interrupt).
+    /// The client asked the run to stop (an MCP cancel). `check`'s interrupt is not one: it
+    /// is the check's own signal to the leader, after which the run goes on.
     CancelRequested,
     /// reaper's parent died (`--die-with-parent`).
     ParentDied,

@@ -6,11 +6,13 @@
 //!             └── timeout / cancel / reaper signalled ──────► Stopping ─► Reaped
 //! ```
 //! This module owns the policy (which signal, how long to wait, when to escalate); the
-//! containment backends only provide the mechanisms.
+//! containment backends only provide the mechanisms. What the run waits for and when it stops
+//! is decided in one place, [`supervise`].
 
 pub mod command;
 pub mod event;
 pub mod outcome;
+pub mod supervise;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -35,6 +37,7 @@ pub use crate::containment::select::{contain, ContainOpts, DelegateMode, Request
 pub use event::{Event, EventSink};
 pub use outcome::{Outcome, StopReason};
 use std::sync::Arc;
+pub use supervise::{Plan, Request, Requests, Step, StopSpec, Supervisor, Target};
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).
@@ -352,10 +355,6 @@ impl Run {
     /// The leader's exit code or signal name, once it has been reaped.
     pub fn leader_status_parts(&self) -> (Option<i32>, Option<String>) {
         outcome::status_parts(self.leader.status)
-    }
-
-    pub fn events(&self) -> &EventSink {
-        &self.sink
     }
 
     /// Live processes of the run.

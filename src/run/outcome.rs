@@ -14,7 +14,7 @@ pub enum StopReason {
     Timeout,
     /// reaper was signalled (SIGINT, SIGTERM, SIGHUP) or its parent died.
     Signal,
-    /// Someone asked for it (MCP cancel, an interrupt from `check`).
+    /// The client cancelled (MCP `notifications/cancelled`).
     Cancel,
     /// reaper's parent died (`--die-with-parent`).
     ParentDied,
@@ -25,6 +25,9 @@ pub enum StopReason {
     Oom,
     /// reaper itself failed.
     Error,
+    /// The MCP server is shutting down (its own signal or its client gone): the call's stop
+    /// has a short grace.
+    Shutdown,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -73,6 +76,39 @@ impl Outcome {
         self.leader_status = st;
         (self.exit_code, self.signal) = status_parts(st);
     }
+
+    /// Exit status, like timeout(1): the leader's code, 128+N for death by signal N, 124 on
+    /// timeout unless `preserve_status`, 125 when reaper itself failed (including survivors).
+    pub fn exit_code(&self, preserve_status: bool) -> u8 {
+        if self.stop_reason == StopReason::Error || !self.survivors.is_empty() {
+            return 125;
+        }
+        if self.stop_reason == StopReason::Timeout && !preserve_status {
+            return 124;
+        }
+        // As for a death by SIGKILL, also when the OOM killer spared the leader.
+        if self.stop_reason == StopReason::Oom {
+            return 128 + 9;
+        }
+        match self.leader_status {
+            Some(ExitStatus::Code(c)) => (c & 0xff) as u8,
+            Some(ExitStatus::Signal(s)) => (128 + (s & 0x7f)) as u8,
+            None => 125,
+        }
+    }
+
+    /// Python's `returncode` of the leader, once it was reaped.
+    pub fn returncode(&self) -> Option<i64> {
+        self.leader_status.map(returncode)
+    }
+}
+
+/// Python's `returncode`: the exit code, or minus the signal that killed the process.
+pub fn returncode(st: ExitStatus) -> i64 {
+    match st {
+        ExitStatus::Code(c) => i64::from(c),
+        ExitStatus::Signal(s) => -i64::from(s),
+    }
 }
 
 /// A status as (exit code, signal name), for reports.
@@ -88,4 +124,106 @@ pub fn signal_name(raw: i32) -> String {
     Signal::from_named_raw(raw)
         .map(signal::name)
         .unwrap_or_else(|| raw.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome(reason: StopReason, st: Option<ExitStatus>) -> Outcome {
+        let mut o = Outcome {
+            argv: vec![],
+            backend: "cgroup",
+            cgroup: None,
+            scope: None,
+            leader_pid: 1,
+            exit_code: None,
+            signal: None,
+            stop_reason: reason,
+            received_signal: None,
+            duration_ms: 0,
+            leader_ms: None,
+            teardown_ms: 0,
+            killed: 0,
+            survivors: vec![],
+            escapees: vec![],
+            error: None,
+            guardian_pid: None,
+            limits: None,
+            usage: None,
+            leader_status: None,
+        };
+        o.set_leader_status(st);
+        o
+    }
+
+    fn exit_code(o: &Outcome, preserve_status: bool) -> u8 {
+        o.exit_code(preserve_status)
+    }
+
+    #[test]
+    fn exit_code_is_the_leaders_over_the_whole_domain() {
+        for c in 0..=255 {
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Exited, Some(ExitStatus::Code(c))),
+                    false
+                ),
+                c as u8
+            );
+        }
+        for s in 1..=64 {
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Exited, Some(ExitStatus::Signal(s))),
+                    false
+                ),
+                (128 + s) as u8
+            );
+            assert_eq!(
+                exit_code(
+                    &outcome(StopReason::Signal, Some(ExitStatus::Signal(s))),
+                    false
+                ),
+                (128 + s) as u8
+            );
+        }
+    }
+
+    #[test]
+    fn timeout_is_124_unless_preserved() {
+        let o = outcome(StopReason::Timeout, Some(ExitStatus::Signal(15)));
+        assert_eq!(exit_code(&o, false), 124);
+        assert_eq!(exit_code(&o, true), 143);
+        let o = outcome(StopReason::Timeout, Some(ExitStatus::Code(3)));
+        assert_eq!(exit_code(&o, true), 3);
+    }
+
+    /// Issue 13: a run the OOM killer ended exits as for SIGKILL, also when the leader itself
+    /// was spared and exited with a code.
+    #[test]
+    fn oom_is_137() {
+        for st in [Some(ExitStatus::Signal(9)), Some(ExitStatus::Code(0)), None] {
+            assert_eq!(exit_code(&outcome(StopReason::Oom, st), false), 137);
+        }
+    }
+
+    #[test]
+    fn survivors_or_errors_are_125() {
+        let mut o = outcome(StopReason::Exited, Some(ExitStatus::Code(0)));
+        o.survivors.push("x (pid 1)".into());
+        assert_eq!(exit_code(&o, false), 125);
+        let mut o = outcome(StopReason::Timeout, None);
+        o.stop_reason = StopReason::Error;
+        assert_eq!(exit_code(&o, false), 125);
+        assert_eq!(exit_code(&outcome(StopReason::Exited, None), false), 125);
+    }
+
+    #[test]
+    fn returncodes_are_pythons() {
+        assert_eq!(returncode(ExitStatus::Code(0)), 0);
+        assert_eq!(returncode(ExitStatus::Code(3)), 3);
+        assert_eq!(returncode(ExitStatus::Signal(9)), -9);
+        assert_eq!(returncode(ExitStatus::Signal(2)), -2);
+    }
 }

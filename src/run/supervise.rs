@@ -1,0 +1,619 @@
+//! The one supervisor of a run: the only code that waits on the leader, the clock and stop
+//! requests, that decides why the run stops, that emits the lifecycle events of that decision
+//! and that drives the stop sequence. `run`, `check` and `mcp` only turn their inputs into a
+//! [`Plan`] and [`Request`]s, and the [`Outcome`] into an exit status, a report or an MCP result.
+//!
+//! ```text
+//! Running ──leader exits──► Exited ─► Lingering (linger) ─┐
+//!    │  └──stdin EOF──► Allowance ──leader exits──────────┤
+//!    └── timeout / signal / cancel / parent died / shutdown ─► Decided(reason) ─► stop ─► Outcome
+//! ```
+//!
+//! [`Supervisor::step`] is cancel-safe (the phase and deadlines live in the supervisor, not in
+//! the future), so a face can put it in its own `select!` beside its pipes, and reach the run
+//! between two steps ([`Supervisor::run`]): mcp drains codex's output after
+//! [`Step::LeaderExited`], check looks at the survivors after the settle time.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reaper_platform::{signal, Signal};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+
+use super::{Event, Outcome, Run, StopReason};
+
+/// What a face asks of a running run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Request {
+    /// reaper got this signal.
+    Signal(Signal),
+    /// The client cancelled (MCP `notifications/cancelled`).
+    Cancel,
+    /// reaper's parent died (`--die-with-parent`).
+    ParentDied,
+    /// reaper's stdin reached EOF or hung up (`--on-stdin-eof`).
+    StdinEof,
+    /// The MCP server is going away.
+    Shutdown,
+}
+
+/// Where a first signal goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// Every process of the run.
+    Tree,
+    /// The leader alone (through its pidfd); the rest is killed after the grace.
+    Leader,
+}
+
+/// One stop: `first` (none: timeout(1)'s signal 0) to `to`, up to `grace` for the tree to
+/// exit, then SIGKILL for everything left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopSpec {
+    pub first: Option<Signal>,
+    pub to: Target,
+    pub grace: Duration,
+}
+
+impl StopSpec {
+    /// SIGKILL for the whole tree at once.
+    pub const KILL: StopSpec = StopSpec {
+        first: Some(Signal::KILL),
+        to: Target::Tree,
+        grace: Duration::ZERO,
+    };
+}
+
+/// Which requests end a running grace early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CutShort {
+    Never,
+    /// A further signal that is not forwarded (a second Ctrl-C: "now").
+    BySignal,
+    /// The server's shutdown (except during the shutdown's own grace).
+    ByShutdown,
+}
+
+/// Told what timeout(1) sends, as it sends it (`-v`): `None` is signal 0.
+pub type Announce = Arc<dyn Fn(Option<Signal>) + Send + Sync>;
+
+/// What happens after the first signal of a timeout or a signal to reaper.
+#[derive(Clone)]
+pub enum Escalation {
+    /// After the grace, kill the tree.
+    Grace,
+    /// timeout(1): signal (the tree, or COMMAND alone with `foreground`), then wait for COMMAND
+    /// itself: at most `kill_after` (then SIGKILL everything), for ever without it; a further
+    /// signal to reaper is passed on the same way, and a SIGALRM is the timeout. Only then is
+    /// what is left of the tree stopped, with what is left of the grace.
+    AfterLeader {
+        kill_after: Option<Duration>,
+        foreground: bool,
+        announce: Option<Announce>,
+    },
+}
+
+/// How a run is supervised: built by each face from its own flags.
+#[derive(Clone)]
+pub struct Plan {
+    /// The wall-clock limit, from the supervisor's start.
+    pub timeout: Option<Duration>,
+    /// Whether the timeout still runs while the tree lingers after the leader's exit (run's
+    /// `--linger`: yes; check's `--settle`: no, the leader did not time out).
+    pub timeout_ends_linger: bool,
+    /// The stop on a timeout, a signal, a cancel, a parent's death, a stdin EOF, a shutdown.
+    pub stop: StopSpec,
+    /// The stop of what is left after the leader exited by itself.
+    pub leftovers: StopSpec,
+    /// How long the tree may run on after the leader's own exit (`--linger`, `--settle`).
+    pub linger: Duration,
+    /// `--on-stdin-eof`: how long the leader gets to exit once its stdin is closed; `None`:
+    /// a stdin EOF is not a request.
+    pub stdin_eof: Option<Duration>,
+    /// The grace when reaper's parent died, at most (nobody waits for a clean exit).
+    pub parent_death_grace: Duration,
+    /// The grace when the server shuts down, at most.
+    pub shutdown_grace: Duration,
+    /// Init mode: the signals passed on instead of stopping the run, and to whom.
+    pub forward: Vec<Signal>,
+    pub forward_to: Target,
+    pub cut_short: CutShort,
+    pub escalation: Escalation,
+}
+
+impl Plan {
+    /// A plan that stops with `stop` on every request, kills leftovers at once, and has no
+    /// timeout, linger, forwarding nor caps below `stop.grace`.
+    pub fn new(stop: StopSpec) -> Plan {
+        Plan {
+            timeout: None,
+            timeout_ends_linger: true,
+            stop,
+            leftovers: StopSpec::KILL,
+            linger: Duration::ZERO,
+            stdin_eof: None,
+            parent_death_grace: stop.grace,
+            shutdown_grace: stop.grace,
+            forward: Vec::new(),
+            forward_to: Target::Leader,
+            cut_short: CutShort::Never,
+            escalation: Escalation::Grace,
+        }
+    }
+}
+
+/// Where requests come from: small tasks a face starts (each ends with the supervisor's
+/// channel, or is aborted when this is dropped).
+pub struct Requests {
+    tx: mpsc::UnboundedSender<Request>,
+    rx: mpsc::UnboundedReceiver<Request>,
+    tasks: Vec<AbortHandle>,
+}
+
+impl Default for Requests {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Requests {
+    pub fn new() -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        Requests {
+            tx,
+            rx,
+            tasks: Vec::new(),
+        }
+    }
+
+    /// Sends `req` once `event` resolves.
+    pub fn on(&mut self, event: impl Future<Output = ()> + Send + 'static, req: Request) {
+        let tx = self.tx.clone();
+        self.spawn(async move {
+            event.await;
+            let _ = tx.send(req);
+        });
+    }
+
+    /// Runs `feed` with a sender of its own (for a stream of requests: signals).
+    pub fn feed<F, Fut>(&mut self, feed: F)
+    where
+        F: FnOnce(mpsc::UnboundedSender<Request>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let fut = feed(self.tx.clone());
+        self.spawn(fut);
+    }
+
+    fn spawn(&mut self, fut: impl Future<Output = ()> + Send + 'static) {
+        self.tasks.push(tokio::spawn(fut).abort_handle());
+    }
+
+    /// The next request; never resolves when none can come.
+    async fn next(&mut self) -> Request {
+        match self.rx.recv().await {
+            Some(r) => r,
+            // Unreachable while `tx` lives; kept total anyway.
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for Requests {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// Where the supervision is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// The stdin EOF came: the leader may still exit by itself until then.
+    Allowance(Instant),
+    /// The leader exited by itself; its linger has not started.
+    Exited,
+    Lingering(Instant),
+    Decided(StopReason),
+    /// The stop sequence ran.
+    Stopped(StopReason),
+}
+
+/// What one [`Supervisor::step`] came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The leader exited by itself (its linger, if any, is the next step).
+    LeaderExited,
+    /// The run is to stop, for this reason: nothing is stopped yet (see [`Supervisor::stop`]).
+    Stop(StopReason),
+}
+
+/// Drives one run from its start to its [`Outcome`] by a [`Plan`].
+pub struct Supervisor<'r> {
+    run: Run,
+    plan: Plan,
+    requests: &'r mut Requests,
+    phase: Phase,
+    timeout_at: Option<Instant>,
+    received: Option<Signal>,
+}
+
+impl<'r> Supervisor<'r> {
+    /// Starts supervising: the timeout counts from now.
+    pub fn new(run: Run, plan: Plan, requests: &'r mut Requests) -> Self {
+        let timeout_at = plan.timeout.and_then(|d| Instant::now().checked_add(d));
+        Supervisor {
+            run,
+            plan,
+            requests,
+            phase: Phase::Running,
+            timeout_at,
+            received: None,
+        }
+    }
+
+    pub fn run(&self) -> &Run {
+        &self.run
+    }
+
+    /// For a face's own action on the run between steps (check's interrupt).
+    pub fn run_mut(&mut self) -> &mut Run {
+        &mut self.run
+    }
+
+    /// Whether the leader has exited, looked at now (and reaped, if so: the next step says
+    /// [`Step::LeaderExited`]).
+    pub fn leader_exited(&mut self) -> bool {
+        self.run.leader.poll();
+        self.run.leader.gone
+    }
+
+    /// Ends the supervision without stopping the run (`check --keep`).
+    pub fn into_run(self) -> Run {
+        self.run
+    }
+
+    /// Waits for the next thing that matters. Cancel-safe; after a [`Step::Stop`] it returns
+    /// the same at once.
+    pub async fn step(&mut self) -> Step {
+        loop {
+            match self.phase {
+                Phase::Decided(r) | Phase::Stopped(r) => return Step::Stop(r),
+                Phase::Exited => {
+                    self.phase = if self.plan.linger.is_zero() {
+                        Phase::Decided(StopReason::Exited)
+                    } else {
+                        Phase::Lingering(far(self.plan.linger))
+                    };
+                }
+                Phase::Running | Phase::Allowance(_) | Phase::Lingering(_) => {
+                    if let Some(step) = self.wait().await {
+                        return step;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One wait of a waiting phase; `None` when the supervision goes on.
+    async fn wait(&mut self) -> Option<Step> {
+        enum Woke {
+            LeaderExited,
+            /// The allowance or the linger is over.
+            Over,
+            Timeout,
+            Request(Request),
+        }
+        let phase = self.phase;
+        let timeout_at = match phase {
+            Phase::Lingering(_) if !self.plan.timeout_ends_linger => None,
+            _ => self.timeout_at,
+        };
+        let run = &mut self.run;
+        let watch = async {
+            match phase {
+                Phase::Allowance(until) => {
+                    match tokio::time::timeout_at(until, run.wait_leader()).await {
+                        Ok(_) => Woke::LeaderExited,
+                        Err(_) => Woke::Over,
+                    }
+                }
+                Phase::Lingering(until) => {
+                    run.linger(until.saturating_duration_since(Instant::now()))
+                        .await;
+                    Woke::Over
+                }
+                _ => {
+                    run.wait_leader().await;
+                    Woke::LeaderExited
+                }
+            }
+        };
+        let woke = tokio::select! {
+            w = watch => w,
+            _ = sleep_until(timeout_at) => Woke::Timeout,
+            r = self.requests.next() => Woke::Request(r),
+        };
+        match (woke, phase) {
+            (Woke::LeaderExited, Phase::Running) => {
+                self.phase = Phase::Exited;
+                Some(Step::LeaderExited)
+            }
+            // After a stdin EOF the leader's own exit ends the run as an exit, with no linger.
+            (Woke::LeaderExited, _) => {
+                self.phase = Phase::Decided(StopReason::Exited);
+                Some(Step::LeaderExited)
+            }
+            (Woke::Over, Phase::Allowance(_)) => self.decide(StopReason::StdinEof),
+            (Woke::Over, _) => self.decide(StopReason::Exited),
+            (Woke::Timeout, _) => self.decide(StopReason::Timeout),
+            (Woke::Request(r), _) => self.request(r),
+        }
+    }
+
+    fn request(&mut self, r: Request) -> Option<Step> {
+        match r {
+            Request::Signal(sig) if self.plan.forward.contains(&sig) => {
+                self.run.forward(sig, self.plan.forward_to == Target::Tree);
+                None
+            }
+            // timeout(1) takes a SIGALRM from outside for its timeout.
+            Request::Signal(sig)
+                if sig == Signal::ALARM
+                    && matches!(self.plan.escalation, Escalation::AfterLeader { .. }) =>
+            {
+                self.decide(StopReason::Timeout)
+            }
+            Request::Signal(sig) => {
+                self.received = Some(sig);
+                self.decide(StopReason::Signal)
+            }
+            Request::Cancel => self.decide(StopReason::Cancel),
+            Request::ParentDied => self.decide(StopReason::ParentDied),
+            Request::StdinEof => match (self.phase, self.plan.stdin_eof) {
+                (Phase::Running, Some(allowance)) => {
+                    self.run.sink.emit(Event::StdinEof);
+                    self.phase = Phase::Allowance(far(allowance));
+                    None
+                }
+                _ => None,
+            },
+            Request::Shutdown => self.decide(StopReason::Shutdown),
+        }
+    }
+
+    /// The run stops for `reason`: said once, as it is decided.
+    fn decide(&mut self, reason: StopReason) -> Option<Step> {
+        let sink = &self.run.sink;
+        match reason {
+            StopReason::Timeout => sink.emit(Event::Timeout {
+                after_ms: self.plan.timeout.map_or(0, |d| d.as_millis() as u64),
+            }),
+            StopReason::Cancel => sink.emit(Event::CancelRequested),
+            StopReason::ParentDied => sink.emit(Event::ParentDied),
+            StopReason::Signal => {
+                if let Some(sig) = self.received {
+                    sink.emit(Event::ReaperSignalled {
+                        signal: signal::name(sig),
+                    })
+                }
+            }
+            // Said when the EOF came (the allowance started then); an exit is `LeaderExited`;
+            // a shutdown is the server's, not the run's.
+            StopReason::StdinEof
+            | StopReason::Exited
+            | StopReason::Shutdown
+            | StopReason::Oom
+            | StopReason::Error => {}
+        }
+        self.phase = Phase::Decided(reason);
+        Some(Step::Stop(reason))
+    }
+
+    /// Runs the supervision to its decision, then the stop sequence of the plan. Once only
+    /// (later calls return at once); not cancel-safe: run it to its end.
+    pub async fn stop(&mut self) {
+        let reason = loop {
+            match self.step().await {
+                Step::Stop(r) => break r,
+                Step::LeaderExited => {}
+            }
+        };
+        if matches!(self.phase, Phase::Stopped(_)) {
+            return;
+        }
+        let mut reason = reason;
+        let plan = self.plan.clone();
+        let mut spec = match reason {
+            StopReason::Exited => plan.leftovers,
+            StopReason::ParentDied => StopSpec {
+                grace: plan.stop.grace.min(plan.parent_death_grace),
+                ..plan.stop
+            },
+            StopReason::Shutdown => StopSpec {
+                grace: plan.stop.grace.min(plan.shutdown_grace),
+                ..plan.stop
+            },
+            _ => plan.stop,
+        };
+        if let Escalation::AfterLeader {
+            kill_after,
+            foreground,
+            announce,
+        } = &plan.escalation
+        {
+            if matches!(reason, StopReason::Timeout | StopReason::Signal) {
+                let (end, timed_out) = self
+                    .signal_and_wait(reason, *kill_after, *foreground, announce.as_ref())
+                    .await;
+                if timed_out {
+                    reason = StopReason::Timeout;
+                }
+                // The rest of the tree already had the signal, if it was sent to all: what is
+                // left of its grace, then SIGKILL. After -k: SIGKILL at once.
+                spec = match end {
+                    PhaseEnd::KillAfter => StopSpec::KILL,
+                    PhaseEnd::LeaderExited {
+                        signalled_all: true,
+                        left,
+                    } => StopSpec {
+                        first: None,
+                        to: Target::Tree,
+                        grace: left,
+                    },
+                    PhaseEnd::LeaderExited {
+                        signalled_all: false,
+                        left,
+                    } => StopSpec {
+                        to: Target::Tree,
+                        grace: left,
+                        ..spec
+                    },
+                };
+            }
+        }
+        let requests = &mut *self.requests;
+        let forward = &plan.forward;
+        let cut = plan.cut_short;
+        let cut_short = async move {
+            match cut {
+                CutShort::BySignal => loop {
+                    if let Request::Signal(s) = requests.next().await {
+                        if !forward.contains(&s) {
+                            break;
+                        }
+                    }
+                },
+                // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
+                // shutdown's own (short) grace is not cut.
+                CutShort::ByShutdown if reason != StopReason::Shutdown => {
+                    while requests.next().await != Request::Shutdown {}
+                }
+                _ => std::future::pending().await,
+            }
+        };
+        match (spec.to, spec.first) {
+            (Target::Leader, Some(first)) => {
+                self.run
+                    .stop_from_leader(first, spec.grace, cut_short)
+                    .await
+            }
+            _ => self.run.stop(spec.first, spec.grace, cut_short).await,
+        }
+        self.phase = Phase::Stopped(reason);
+    }
+
+    /// timeout(1) after its timeout or a signal to reaper: the signal (the `-s` one, or the one
+    /// reaper received) to the tree — to COMMAND alone with `--foreground` — then a wait for
+    /// COMMAND itself: for `-k` at most, for ever without it (timeout(1) never escalates by
+    /// itself). A further signal to reaper is passed on the same way; the timeout, if it fires
+    /// meanwhile, sends the `-s` signal. Returns how it ended and whether the timeout fired.
+    async fn signal_and_wait(
+        &mut self,
+        reason: StopReason,
+        kill_after: Option<Duration>,
+        foreground: bool,
+        announce: Option<&Announce>,
+    ) -> (PhaseEnd, bool) {
+        let say = |sig: Option<Signal>| {
+            if let Some(a) = announce {
+                a(sig)
+            }
+        };
+        let mut timed_out = reason == StopReason::Timeout;
+        let mut timeout_pending = self.timeout_at.is_some() && !timed_out;
+        let mut sig = if timed_out {
+            self.plan.stop.first
+        } else {
+            self.received.or(self.plan.stop.first)
+        };
+        let kill_at = kill_after.and_then(|d| Instant::now().checked_add(d));
+        let mut signalled_all = false;
+        loop {
+            say(sig);
+            if let Some(s) = sig {
+                self.run.signal(s, foreground);
+                signalled_all |= !foreground;
+            }
+            // Waits until something re-sends, ignoring what timeout(1) does not listen to.
+            loop {
+                let timeout_at = self.timeout_at.filter(|_| timeout_pending);
+                tokio::select! {
+                    _ = self.run.wait_leader() => {
+                        let left = kill_at.map_or(self.plan.stop.grace, |t| {
+                            t.saturating_duration_since(Instant::now())
+                        });
+                        return (PhaseEnd::LeaderExited { signalled_all, left }, timed_out);
+                    }
+                    _ = sleep_until(kill_at) => {
+                        say(Some(Signal::KILL));
+                        return (PhaseEnd::KillAfter, timed_out);
+                    }
+                    _ = sleep_until(timeout_at) => {
+                        timeout_pending = false;
+                        timed_out = true;
+                        sig = self.plan.stop.first;
+                        break;
+                    }
+                    r = self.requests.next() => match r {
+                        Request::Signal(s) if s == Signal::ALARM => {
+                            timeout_pending = false;
+                            timed_out = true;
+                            sig = self.plan.stop.first;
+                            break;
+                        }
+                        Request::Signal(s) => {
+                            sig = Some(s);
+                            break;
+                        }
+                        _ => {}
+                    },
+                }
+            }
+        }
+    }
+
+    /// Stops the run as planned (if not yet), then reaps, lists survivors, removes the
+    /// containment and returns the one outcome.
+    pub async fn finish(mut self) -> Outcome {
+        self.stop().await;
+        let reason = match self.phase {
+            Phase::Stopped(r) | Phase::Decided(r) => r,
+            _ => StopReason::Exited,
+        };
+        self.run.finish(reason, self.received).await
+    }
+}
+
+/// How timeout(1)'s wait for COMMAND ended.
+enum PhaseEnd {
+    /// `-k` passed with COMMAND still running: everything is SIGKILLed now.
+    KillAfter,
+    /// COMMAND exited. `signalled_all`: the rest of the tree had the signal too; `left`: the
+    /// grace it still has before SIGKILL.
+    LeaderExited { signalled_all: bool, left: Duration },
+}
+
+/// `d` from now; durations are capped at 100 years (parse::duration), and an Instant that far
+/// may still not exist: then a year, which is for ever in practice.
+fn far(d: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(d)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365))
+}
+
+/// Resolves at `at`; never without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests;
