@@ -17,11 +17,11 @@ use std::path::PathBuf;
 use std::process::{ChildStderr, ChildStdin, ChildStdout};
 use std::time::Duration;
 
+use crate::containment::pgid::Schedule;
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
-use reaper_platform::tracker::Schedule;
 use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;

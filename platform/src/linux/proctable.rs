@@ -3,8 +3,8 @@
 
 use std::io;
 
-use super::{ProcEntry, ProcessTable};
 use crate::linux::procfs;
+use crate::proctable::{sanity_check, ProcEntry, ProcessTable};
 
 pub struct ProcTable;
 
@@ -20,7 +20,7 @@ impl ProcessTable for ProcTable {
             .filter_map(|pid| procfs::stat(pid).ok())
             .map(ProcEntry::from)
             .collect();
-        super::sanity_check(&rows, "/proc")?;
+        sanity_check(&rows, "/proc")?;
         Ok(rows)
     }
 

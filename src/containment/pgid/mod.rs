@@ -1,7 +1,7 @@
 //! The pgid backend, for macOS and anywhere without cgroups: the leader starts in a process
 //! group of its own, and a tracker reads the process table (`/proc` on Linux, `ps` on macOS)
 //! every `--poll`, remembering every process, process group and session the tree was ever seen
-//! with ([`reaper_platform::tracker`] has the rules). Stopping SIGSTOPs every remembered group
+//! with ([`tracker`] has the rules, [`schedule`] the timing). Stopping SIGSTOPs every remembered group
 //! and process until a look finds nobody new (a stopped process cannot fork or `setsid()`, so
 //! its children stay findable through it), then SIGKILLs the groups (`killpg`) and the
 //! processes (pidfd; on macOS the pid, its start time checked just before).
@@ -30,11 +30,18 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::{self, Handle};
-use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule, Tracker};
+use reaper_platform::proctable::{ProcEntry, ProcessTable};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
 use super::{BackendKind, Containment, Member};
+pub use schedule::Schedule;
+use tracker::{Adopter, Tracker};
+
+#[cfg(all(test, target_os = "linux"))]
+mod escape;
+pub mod schedule;
+pub mod tracker;
 
 /// pgid backends alive in this process, each counted from its creation until it is released,
 /// and how many were ever made. Orphans adopted by reaper are attributed to a run only while
@@ -74,7 +81,7 @@ struct Shared {
 impl PgidBackend {
     /// A backend whose tracker looks every `schedule` interval once the leader runs.
     pub fn new(schedule: Schedule) -> std::io::Result<Self> {
-        let table = tracker::default_table()?;
+        let table = process::table()?;
         let own_pgid = process::own_process_group();
         let own_sid = process::session_of(None)?;
         let mut shared = Shared {
@@ -311,7 +318,7 @@ mod tests {
     /// Whether this is the copy that runs `name` alone; if not, runs that copy and checks it
     /// passed. Adoption depends on process-wide state (being a child subreaper, the number of
     /// pgid backends alive), which other tests of this binary would share.
-    fn alone(name: &str) -> bool {
+    pub(super) fn alone(name: &str) -> bool {
         if std::env::var_os(ALONE).is_some() {
             return true;
         }
