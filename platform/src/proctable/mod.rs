@@ -48,6 +48,17 @@ pub trait ProcessTable: Send {
     fn lookup(&mut self, pid: i32) -> std::io::Result<Option<ProcEntry>> {
         Ok(self.snapshot()?.into_iter().find(|e| e.pid == pid))
     }
+    /// The direct children of `pid` (zombies too), when this source can list them without
+    /// reading the whole table (`/proc`); `None` when it cannot.
+    fn children(&mut self, pid: i32) -> std::io::Result<Option<Vec<i32>>> {
+        let _ = pid;
+        Ok(None)
+    }
+    /// Fails, with the reason, when [`snapshot`](Self::snapshot) would: checked once before a
+    /// run starts. Sources that can tell without reading every process override this.
+    fn probe(&mut self) -> std::io::Result<()> {
+        self.snapshot().map(drop)
+    }
     /// For logs and `reaper doctor`: `/proc`, `ps`.
     fn name(&self) -> &'static str;
 }
@@ -59,10 +70,14 @@ pub(crate) fn sanity_check(rows: &[ProcEntry], source: &str) -> std::io::Result<
     if rows.iter().any(|e| e.pid == me) {
         Ok(())
     } else {
-        Err(std::io::Error::other(format!(
-            "the process table from {source} ({} rows) does not show reaper itself (pid {me}); \
-             cannot track processes with it",
-            rows.len()
-        )))
+        Err(not_shown(source, rows.len(), me))
     }
+}
+
+/// The error of [`sanity_check`]: a table of `rows` rows from `source` without reaper (`me`).
+pub(crate) fn not_shown(source: &str, rows: usize, me: i32) -> std::io::Error {
+    std::io::Error::other(format!(
+        "the process table from {source} ({rows} rows) does not show reaper itself (pid {me}); \
+         cannot track processes with it"
+    ))
 }

@@ -176,6 +176,29 @@ impl Tracker {
         v
     }
 
+    /// What a look must find empty for [`observe`](Self::observe) to claim nobody, when that
+    /// can be told without the whole table: the leader (known by identity) and the remembered
+    /// groups, with no process of the run alive at the last look and no remembered session.
+    /// Then only these can claim: a process with the leader's identity, a member of one of
+    /// these groups, or (with an adopter) a child of the adopter. `None` when a whole look is
+    /// needed: a recorded process may have founded a group or session since the last look,
+    /// and a session's members cannot be probed.
+    pub fn quick_look(&self) -> Option<(Identity, Vec<i32>)> {
+        let leader = self.leader?;
+        (self.procs.is_empty() && self.sessions.is_empty()).then(|| (leader, self.groups()))
+    }
+
+    /// The bookkeeping of a look that found nobody, as [`observe`](Self::observe) leaves it
+    /// for a table in which none of the [`quick_look`](Self::quick_look) groups has a member;
+    /// `started` has the start time of each live process whose pid is one of their numbers.
+    pub fn observe_nobody(&mut self, started: &HashMap<i32, u64>) -> Observation {
+        forget_reused(&mut self.groups, started);
+        self.procs.clear();
+        forget_empty(&mut self.groups, &HashSet::new());
+        forget_empty(&mut self.sessions, &HashSet::new());
+        Observation::default()
+    }
+
     /// One look at the table: claims the run's processes, remembers them with their groups and
     /// sessions, forgets what has been gone long enough, returns the live members.
     pub fn observe(&mut self, snap: &[ProcEntry], adopter: Option<Adopter>) -> Observation {
