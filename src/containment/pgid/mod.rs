@@ -38,8 +38,6 @@ use super::{BackendKind, Containment, Member};
 pub use schedule::Schedule;
 use tracker::{Adopter, Tracker};
 
-#[cfg(all(test, target_os = "linux"))]
-mod escape;
 pub mod schedule;
 pub mod tracker;
 
@@ -386,7 +384,7 @@ mod tests {
     /// Whether this is the copy that runs `name` alone; if not, runs that copy and checks it
     /// passed. Adoption depends on process-wide state (being a child subreaper, the number of
     /// pgid backends alive), which other tests of this binary would share.
-    pub(super) fn alone(name: &str) -> bool {
+    fn alone(name: &str) -> bool {
         if std::env::var_os(ALONE).is_some() {
             return true;
         }

@@ -10,11 +10,12 @@
 //! (a middle that stays until a look has seen it, an adopted orphan), which hold whatever the
 //! load: they wait for looks of the tracker, not for time. The miss rate itself depends on
 //! timing by nature, so it is printed, never asserted; the full table is
-//! `cargo test --release --bin reaper escape_miss_rate_full -- --ignored --nocapture`.
+//! `cargo test --release --test pgid_escape -- --ignored --nocapture`.
 //!
-//! The short run makes the test process a child subreaper, so it runs in a copy of the test
-//! binary of its own (`alone`, as the backend's adoption tests do): other tests' orphans must
-//! not be reparented to it.
+//! The tracker and its schedule are the backend's own files, compiled into this test (the
+//! `reaper` package has no library): a test binary of its own, since the trials fork and make
+//! the process a child subreaper, which no other test may share.
+#![cfg(target_os = "linux")]
 
 use std::collections::HashSet;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -25,9 +26,16 @@ use std::time::{Duration, Instant};
 use reaper_platform::linux::proctable::ProcTable;
 use reaper_platform::proctable::ProcessTable;
 
-use super::tests::alone;
-use super::tracker::{Adopter, Tracker};
-use super::Schedule;
+// Only what the trials use is called here.
+#[allow(dead_code)]
+#[path = "../src/containment/pgid/schedule.rs"]
+mod schedule;
+#[allow(dead_code)]
+#[path = "../src/containment/pgid/tracker.rs"]
+mod tracker;
+
+use schedule::Schedule;
+use tracker::{Adopter, Tracker};
 
 /// The trials fork and may make this process a subreaper: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -302,9 +310,6 @@ fn report(rows: &[(Duration, Duration, bool, u32)]) {
 
 #[test]
 fn fast_double_fork_escape_miss_rate() {
-    if !alone("containment::pgid::escape::fast_double_fork_escape_miss_rate") {
-        return;
-    }
     let _one = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     // Positive control: a middle that stays until a look has seen it is claimed with its
     // session, and so is the escapee.
