@@ -58,3 +58,22 @@ pub fn session_of(pid: Option<i32>) -> std::io::Result<i32> {
         sid => Ok(sid),
     }
 }
+
+/// This platform's process table: `/proc` on Linux, `ps` on macOS.
+pub fn table() -> std::io::Result<Box<dyn crate::proctable::ProcessTable>> {
+    #[cfg(target_os = "linux")]
+    {
+        Ok(Box::new(crate::linux::proctable::ProcTable))
+    }
+    #[cfg(target_os = "macos")]
+    {
+        Ok(Box::new(crate::macos::PsTable))
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "no process-table source for this platform (Linux /proc and macOS ps are supported)",
+        ))
+    }
+}

@@ -101,6 +101,23 @@ pub fn to_process_group(pgid: Pid, sig: Signal) -> io::Result<Delivery> {
     }
 }
 
+/// Whether process group `pgid` has a member (zombies count: they stay in their group until
+/// reaped), by `kill(-pgid, 0)`: no signal is sent, only the existence and permission checks run
+/// (kill(2)). EPERM means a member exists. Group 1 is refused, as in [`to_process_group`].
+pub fn group_has_members(pgid: Pid) -> io::Result<bool> {
+    if pgid.as_raw_nonzero().get() == 1 {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "refusing to probe process group 1: kill(-1) means every process",
+        ));
+    }
+    match rustix::process::test_kill_process_group(pgid) {
+        Ok(()) | Err(rustix::io::Errno::PERM) => Ok(true),
+        Err(rustix::io::Errno::SRCH) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The conventional name without `SIG` (`TERM`), or the number.
 pub fn name(sig: Signal) -> String {
     NAMES

@@ -119,7 +119,7 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
     let me = rustix::process::getpid();
     r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
     r.subreaper = reaper_platform::linux::subreaper::become_subreaper().is_ok();
-    match reaper_platform::tracker::default_table() {
+    match reaper_platform::process::table() {
         Ok(mut t) => {
             r.pgid_table = Some(t.name().to_owned());
             match t.snapshot() {
@@ -421,7 +421,7 @@ pub fn probe(_delegate: crate::containment::select::DelegateMode) -> Report {
         auto_backend: "none",
         ..Default::default()
     };
-    match reaper_platform::tracker::default_table() {
+    match reaper_platform::process::table() {
         Ok(mut t) => {
             r.pgid_table = Some(t.name().to_owned());
             match t.snapshot() {

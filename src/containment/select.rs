@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reaper_platform::tracker::Schedule;
+use super::pgid::Schedule;
 #[cfg(target_os = "linux")]
 use tokio::time::Instant;
 

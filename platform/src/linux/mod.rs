@@ -7,6 +7,7 @@ pub mod mountinfo;
 pub mod namespaces;
 pub mod pidfd;
 pub mod procfs;
+pub mod proctable;
 pub mod sandbox;
 pub mod spawn;
 pub mod subreaper;

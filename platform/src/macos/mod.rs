@@ -1,4 +1,4 @@
-//! macOS: the process table from `/bin/ps`. Everything else of the pgid backend is portable
+//! macOS: the process table from `/bin/ps`. The parser ([`crate::proctable::ps`]) is portable
 //! and tested on Linux; this file only picks the `ps` flavour and fills in the session, and
 //! [`process`] watches, signals and describes one process without a pidfd or `/proc`.
 //!
@@ -14,8 +14,8 @@ pub mod process;
 
 use std::io;
 
-use crate::tracker::ps::{self, PsFlavor};
-use crate::tracker::{ProcEntry, ProcessTable};
+use crate::proctable::ps::{self, PsFlavor};
+use crate::proctable::{ProcEntry, ProcessTable};
 
 /// `/bin/ps` (setuid root on macOS, so it sees every user's processes).
 pub struct PsTable;
@@ -35,7 +35,7 @@ impl ProcessTable for PsTable {
                 Some(r.into_entry(sid))
             })
             .collect();
-        crate::tracker::sanity_check(&entries, "/bin/ps")?;
+        crate::proctable::sanity_check(&entries, "/bin/ps")?;
         Ok(entries)
     }
 

@@ -4,7 +4,7 @@
 //! had when the handle was opened, checked again before every signal.
 //!
 //! Start times are `pbi_start_tvsec`, seconds since the epoch: the same value `ps -o lstart`
-//! prints, so they compare with the process table's ([`crate::tracker::ps`]).
+//! prints, so they compare with the process table's ([`crate::proctable::ps`]).
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -182,7 +182,7 @@ pub fn exe(pid: i32) -> Option<PathBuf> {
 pub fn cmdline(pid: i32) -> String {
     std::process::Command::new("/bin/ps")
         .args(["-ww", "-o", "command=", "-p", &pid.to_string()])
-        .envs(crate::tracker::ps::ENV.iter().copied())
+        .envs(crate::proctable::ps::ENV.iter().copied())
         .stderr(std::process::Stdio::null())
         .output()
         .ok()

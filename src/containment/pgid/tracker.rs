@@ -41,90 +41,9 @@
 //! an orphan in a session nobody of the run was ever seen in. On Linux the pgid backend closes
 //! that gap with reaper's child-subreaper adoption ([`Adopter`]); on macOS it stays open.
 
-#[cfg(target_os = "linux")]
-pub mod procfs;
-pub mod ps;
-
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
-/// One row of the process table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcEntry {
-    pub pid: i32,
-    pub ppid: i32,
-    pub pgid: i32,
-    pub sid: i32,
-    /// When the process started, in its source's own unit (clock ticks after boot from
-    /// `/proc`, seconds since the epoch from `ps`): only compared with values of the same source.
-    /// With the pid it names a process for good.
-    pub starttime: u64,
-    /// Exited, not yet reaped: dead (never a survivor), but its group and session still exist.
-    pub zombie: bool,
-    pub comm: String,
-}
-
-impl From<crate::process::ProcStat> for ProcEntry {
-    fn from(s: crate::process::ProcStat) -> Self {
-        ProcEntry {
-            zombie: s.is_dead(),
-            pid: s.pid,
-            ppid: s.ppid,
-            pgid: s.pgid,
-            sid: s.sid,
-            starttime: s.starttime,
-            comm: s.comm,
-        }
-    }
-}
-
-/// Where snapshots of the process table come from.
-pub trait ProcessTable: Send {
-    /// Every process on the machine. An error means the table could not be read at all; the
-    /// caller must not take it for "nobody is left".
-    fn snapshot(&mut self) -> std::io::Result<Vec<ProcEntry>>;
-    /// One process, if it exists. Sources that can look up a single pid cheaply (`/proc`)
-    /// override this whole-table fallback.
-    fn lookup(&mut self, pid: i32) -> std::io::Result<Option<ProcEntry>> {
-        Ok(self.snapshot()?.into_iter().find(|e| e.pid == pid))
-    }
-    /// For logs and `reaper doctor`: `/proc`, `ps`.
-    fn name(&self) -> &'static str;
-}
-
-/// This platform's process table: `/proc` on Linux, `ps` on macOS.
-pub fn default_table() -> std::io::Result<Box<dyn ProcessTable>> {
-    #[cfg(target_os = "linux")]
-    {
-        Ok(Box::new(procfs::ProcTable))
-    }
-    #[cfg(target_os = "macos")]
-    {
-        Ok(Box::new(crate::macos::PsTable))
-    }
-    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
-    {
-        Err(std::io::Error::new(
-            std::io::ErrorKind::Unsupported,
-            "no process-table source for this platform (Linux /proc and macOS ps are supported)",
-        ))
-    }
-}
-
-/// A table that does not show the calling process is not the whole table (a `ps` that failed
-/// half-way, a `/proc` mounted with `hidepid`): refuse it rather than report everyone gone.
-pub(crate) fn sanity_check(rows: &[ProcEntry], source: &str) -> std::io::Result<()> {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    if rows.iter().any(|e| e.pid == me) {
-        Ok(())
-    } else {
-        Err(std::io::Error::other(format!(
-            "the process table from {source} ({} rows) does not show reaper itself (pid {me}); \
-             cannot track processes with it",
-            rows.len()
-        )))
-    }
-}
+use reaper_platform::proctable::ProcEntry;
 
 /// A process named for good: pid and start time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -221,6 +140,8 @@ impl Tracker {
         }
     }
 
+    // `leader`, `sessions` and `recorded` are for the tests: the backend signals `groups` only.
+    #[cfg(test)]
     pub fn leader(&self) -> Option<Identity> {
         self.leader
     }
@@ -233,6 +154,7 @@ impl Tracker {
     }
 
     /// Remembered sessions (no signal reaches a session as such; they only claim members).
+    #[cfg(test)]
     pub fn sessions(&self) -> Vec<i32> {
         let mut s: Vec<i32> = self.sessions.keys().copied().collect();
         s.sort_unstable();
@@ -240,6 +162,7 @@ impl Tracker {
     }
 
     /// Processes of the run alive at the last look.
+    #[cfg(test)]
     pub fn recorded(&self) -> Vec<Identity> {
         let mut v: Vec<Identity> = self
             .procs
@@ -251,6 +174,29 @@ impl Tracker {
             .collect();
         v.sort_unstable_by_key(|i| i.pid);
         v
+    }
+
+    /// What a look must find empty for [`observe`](Self::observe) to claim nobody, when that
+    /// can be told without the whole table: the leader (known by identity) and the remembered
+    /// groups, with no process of the run alive at the last look and no remembered session.
+    /// Then only these can claim: a process with the leader's identity, a member of one of
+    /// these groups, or (with an adopter) a child of the adopter. `None` when a whole look is
+    /// needed: a recorded process may have founded a group or session since the last look,
+    /// and a session's members cannot be probed.
+    pub fn quick_look(&self) -> Option<(Identity, Vec<i32>)> {
+        let leader = self.leader?;
+        (self.procs.is_empty() && self.sessions.is_empty()).then(|| (leader, self.groups()))
+    }
+
+    /// The bookkeeping of a look that found nobody, as [`observe`](Self::observe) leaves it
+    /// for a table in which none of the [`quick_look`](Self::quick_look) groups has a member;
+    /// `started` has the start time of each live process whose pid is one of their numbers.
+    pub fn observe_nobody(&mut self, started: &HashMap<i32, u64>) -> Observation {
+        forget_reused(&mut self.groups, started);
+        self.procs.clear();
+        forget_empty(&mut self.groups, &HashSet::new());
+        forget_empty(&mut self.sessions, &HashSet::new());
+        Observation::default()
     }
 
     /// One look at the table: claims the run's processes, remembers them with their groups and
@@ -460,46 +406,6 @@ fn forget_reused(ids: &mut HashMap<i32, Remembered>, started: &HashMap<i32, u64>
         (Some(founder), Some(&now)) => now == founder,
         _ => true,
     });
-}
-
-/// How often to look: `fast` right after the start and after any look that found a new
-/// process, doubling each quiet look up to `slow` (the `--poll` interval). A tree that is
-/// forking is watched closely; a quiet one costs little.
-#[derive(Debug, Clone, Copy)]
-pub struct Schedule {
-    fast: Duration,
-    slow: Duration,
-    current: Duration,
-}
-
-impl Schedule {
-    pub fn new(fast: Duration, slow: Duration) -> Self {
-        let fast = fast.min(slow);
-        Self {
-            fast,
-            slow,
-            current: fast,
-        }
-    }
-
-    /// The wait before the first look.
-    pub fn first(&self) -> Duration {
-        self.fast
-    }
-
-    /// The wait before the next look, given whether the last one found something new.
-    pub fn next(&mut self, found_new: bool) -> Duration {
-        self.current = if found_new {
-            self.fast
-        } else {
-            (self.current * 2).min(self.slow)
-        };
-        self.current
-    }
-
-    pub fn slow(&self) -> Duration {
-        self.slow
-    }
 }
 
 #[cfg(test)]
@@ -980,21 +886,5 @@ mod tests {
             .observe(&base(), Some(Adopter { pid: REAPER }))
             .members
             .is_empty());
-    }
-
-    #[test]
-    fn schedule_is_fast_after_news_and_backs_off_to_the_poll_interval() {
-        let ms = Duration::from_millis;
-        let mut s = Schedule::new(ms(5), ms(50));
-        assert_eq!(s.first(), ms(5));
-        let quiet: Vec<Duration> = (0..6).map(|_| s.next(false)).collect();
-        assert_eq!(quiet, vec![ms(10), ms(20), ms(40), ms(50), ms(50), ms(50)]);
-        assert_eq!(s.next(true), ms(5));
-        // A poll interval below the fast one wins.
-        let mut s = Schedule::new(ms(5), ms(2));
-        assert_eq!(
-            (s.first(), s.next(false), s.next(true)),
-            (ms(2), ms(2), ms(2))
-        );
     }
 }

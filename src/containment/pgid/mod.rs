@@ -1,7 +1,7 @@
 //! The pgid backend, for macOS and anywhere without cgroups: the leader starts in a process
 //! group of its own, and a tracker reads the process table (`/proc` on Linux, `ps` on macOS)
 //! every `--poll`, remembering every process, process group and session the tree was ever seen
-//! with ([`reaper_platform::tracker`] has the rules). Stopping SIGSTOPs every remembered group
+//! with ([`tracker`] has the rules, [`schedule`] the timing). Stopping SIGSTOPs every remembered group
 //! and process until a look finds nobody new (a stopped process cannot fork or `setsid()`, so
 //! its children stay findable through it), then SIGKILLs the groups (`killpg`) and the
 //! processes (pidfd; on macOS the pid, its start time checked just before).
@@ -30,11 +30,16 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::{self, Handle};
-use reaper_platform::tracker::{self, Adopter, ProcEntry, ProcessTable, Schedule, Tracker};
+use reaper_platform::proctable::{ProcEntry, ProcessTable};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
 use super::{BackendKind, Capabilities, Containment, Error, Member};
+pub use schedule::Schedule;
+use tracker::{Adopter, Tracker};
+
+pub mod schedule;
+pub mod tracker;
 
 /// pgid backends alive in this process, each counted from its creation until it is released,
 /// and how many were ever made. Orphans adopted by reaper are attributed to a run only while
@@ -74,7 +79,7 @@ struct Shared {
 impl PgidBackend {
     /// A backend whose tracker looks every `schedule` interval once the leader runs.
     pub fn new(schedule: Schedule) -> std::io::Result<Self> {
-        let table = tracker::default_table()?;
+        let table = process::table()?;
         let own_pgid = process::own_process_group();
         let own_sid = process::session_of(None)?;
         let mut shared = Shared {
@@ -85,7 +90,7 @@ impl PgidBackend {
             warned: false,
         };
         // Fail now, with the reason, rather than at the first look of a running tree.
-        shared.table.snapshot()?;
+        shared.table.probe()?;
         // Counted before the leader is forked (see `LIVE_BACKENDS`).
         LIVE_BACKENDS.fetch_add(1, Ordering::SeqCst);
         BACKENDS_MADE.fetch_add(1, Ordering::SeqCst);
@@ -118,6 +123,10 @@ impl Shared {
     /// (on macOS `ps` cannot even be started when a fork storm has used up the process limit),
     /// the last members stand: "nobody left" would end the run with the storm still running.
     fn look(&mut self) -> (Vec<ProcEntry>, usize) {
+        if self.look_without_the_table() {
+            self.last.clear();
+            return (Vec::new(), 0);
+        }
         let before = census();
         match self.table.snapshot() {
             Ok(snap) => {
@@ -136,6 +145,63 @@ impl Shared {
                 (self.last.clone(), 0)
             }
         }
+    }
+
+    /// Whether a whole look would find nobody, told from a few files when the tracker allows
+    /// ([`Tracker::quick_look`]): the leader's pid does not name the leader, no remembered
+    /// group has a member (`kill(-pgid, 0)`; zombies count), and reaper, when adopting, has no
+    /// child born after the leader. In that order: a member that exits before its group is
+    /// probed has left its children to reaper (the orphans' subreaper) before reaper's
+    /// children are listed. If so, the bookkeeping is updated as that look would have updated
+    /// it. A whole look reads one `stat` per process on the machine; this one, a few.
+    fn look_without_the_table(&mut self) -> bool {
+        let Some((leader, groups)) = self.tracker.quick_look() else {
+            return false;
+        };
+        let before = census();
+        let at_leaders_pid = match self.table.lookup(leader.pid) {
+            Ok(None) => None,
+            Ok(Some(e)) if e.starttime != leader.starttime => Some(e.starttime),
+            _ => return false,
+        };
+        let mut started = std::collections::HashMap::new();
+        for g in groups {
+            let Some(pgid) = Pid::from_raw(g) else {
+                return false;
+            };
+            if !matches!(signal::group_has_members(pgid), Ok(false)) {
+                return false;
+            }
+            // A group whose number a live process holds, with another start time than its
+            // founder's, is forgotten as a whole look would.
+            // (The leader's group is named after its pid, just looked up.)
+            let now = if g == leader.pid {
+                at_leaders_pid
+            } else {
+                match self.table.lookup(g) {
+                    Ok(e) => e.map(|e| e.starttime),
+                    Err(_) => return false,
+                }
+            };
+            if let Some(now) = now {
+                started.insert(g, now);
+            }
+        }
+        if let Some(a) = self.adopter(before) {
+            let Ok(Some(children)) = self.table.children(a.pid) else {
+                return false;
+            };
+            // Adopted are the children born after the leader (the guardian is older).
+            for c in children {
+                match self.table.lookup(c) {
+                    Ok(None) => {}
+                    Ok(Some(e)) if e.starttime < leader.starttime => {}
+                    _ => return false,
+                }
+            }
+        }
+        self.tracker.observe_nobody(&started);
+        true
     }
 
     /// reaper as child subreaper receives the tree's orphans; they are this run's only if no
@@ -264,8 +330,15 @@ impl Containment for PgidBackend {
     /// new, then SIGKILL the groups and the members.
     fn kill_all(&self) -> Vec<Member> {
         let mut s = lock(&self.shared);
-        let stopped = super::sweep::stop(|_| {
-            let (members, _) = s.look();
+        let stopped = super::sweep::stop(|round| {
+            // The first round starts from the last look's members (the stop sequence looked
+            // just before): a stopped process stays findable, and the sweep ends only when a
+            // look of its own finds nobody new. Saves one whole-table read per stop.
+            let members = if round == 0 && !s.last.is_empty() {
+                s.last.clone()
+            } else {
+                s.look().0
+            };
             for g in s.tracker.groups() {
                 signal_group(g, Signal::STOP);
             }
@@ -402,5 +475,60 @@ mod tests {
             .lock()
             .map(|s| s.tracker.groups().contains(&(leader_b.id() as i32)))
             .unwrap_or(true));
+    }
+
+    /// Issue 16: the look that reads a few files instead of the whole table finds what a whole
+    /// look finds. A leader that leaves an orphan in a session of its own and exits: its group
+    /// is empty, but the orphan, reaper's child, is adopted, so a whole look is taken and claims
+    /// it. Once the orphan is gone, the short look answers alone, with nobody.
+    #[test]
+    fn a_look_without_the_table_still_claims_an_adopted_orphan() {
+        if !alone(
+            "containment::pgid::tests::a_look_without_the_table_still_claims_an_adopted_orphan",
+        ) {
+            return;
+        }
+        subreaper::become_subreaper().expect("become a child subreaper");
+        let schedule = Schedule::new(Duration::from_millis(5), Duration::from_millis(50));
+        let mut b = PgidBackend::new(schedule).expect("backend");
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "setsid sleep 30 & exit 0"]);
+        b.prepare(&mut cmd);
+        let mut leader = cmd.spawn().expect("spawn sh");
+        b.spawned(pid_of(&leader));
+        leader.wait().expect("reap the leader");
+        // The orphan, once it has left the leader's group for a session of its own.
+        let me = std::process::id() as i32;
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let orphan = loop {
+            let settled = reaper_platform::linux::procfs::children(me)
+                .into_iter()
+                .find(|&c| matches!(process::stat(c), Ok(s) if s.sid == c && s.comm == "sleep"));
+            if let Some(c) = settled {
+                break c;
+            }
+            assert!(std::time::Instant::now() < deadline, "no orphan in 10 s");
+            std::thread::yield_now();
+        };
+        let short = lock(&b.shared).look_without_the_table();
+        let seen = pids(&b.members());
+        if let Some(fd) = Pid::from_raw(orphan).and_then(|p| Handle::open(p).ok()) {
+            let _ = signal::to_handle(&fd, Signal::KILL);
+        }
+        // SAFETY: waitpid(2) on our own child (adopted), with a null status pointer.
+        unsafe { libc::waitpid(orphan, std::ptr::null_mut(), 0) };
+        assert!(!short, "the short look missed the adopted orphan");
+        assert_eq!(seen, vec![orphan]);
+        // The orphan's group and session stay remembered until two whole looks found them
+        // empty; from then on the short look answers.
+        let mut quick = false;
+        for _ in 0..3 {
+            if lock(&b.shared).look_without_the_table() {
+                quick = true;
+                break;
+            }
+            assert!(b.members().is_empty());
+        }
+        assert!(quick, "the short look never answered");
     }
 }

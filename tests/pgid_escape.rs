@@ -10,7 +10,11 @@
 //! (a middle that stays until a look has seen it, an adopted orphan), which hold whatever the
 //! load: they wait for looks of the tracker, not for time. The miss rate itself depends on
 //! timing by nature, so it is printed, never asserted; the full table is
-//! `cargo test --release -p reaper-platform --test escape -- --ignored --nocapture`.
+//! `cargo test --release --test pgid_escape -- --ignored --nocapture`.
+//!
+//! The tracker and its schedule are the backend's own files, compiled into this test (the
+//! `reaper` package has no library): a test binary of its own, since the trials fork and make
+//! the process a child subreaper, which no other test may share.
 #![cfg(target_os = "linux")]
 
 use std::collections::HashSet;
@@ -19,8 +23,19 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use reaper_platform::tracker::procfs::ProcTable;
-use reaper_platform::tracker::{Adopter, ProcessTable, Schedule, Tracker};
+use reaper_platform::linux::proctable::ProcTable;
+use reaper_platform::proctable::ProcessTable;
+
+// Only what the trials use is called here.
+#[allow(dead_code)]
+#[path = "../src/containment/pgid/schedule.rs"]
+mod schedule;
+#[allow(dead_code)]
+#[path = "../src/containment/pgid/tracker.rs"]
+mod tracker;
+
+use schedule::Schedule;
+use tracker::{Adopter, Tracker};
 
 /// The trials fork and may make this process a subreaper: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
