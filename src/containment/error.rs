@@ -11,7 +11,10 @@ pub struct Error {
     kind: Kind,
     /// What failed, in the user's words (the OS's words and the path included where known).
     what: String,
+    // Set by the Linux backends only (macOS has no cgroupfs to name).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     path: Option<PathBuf>,
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     errno: Option<i32>,
     /// What the user can do about it, when it is not already part of `what`.
     hint: Option<&'static str>,
@@ -27,12 +30,15 @@ pub enum Kind {
     JoinFailed,
     /// `--cgroup-parent` is not a cgroup2 directory under the mount: the caller's mistake, not
     /// a host without cgroups (so `auto` does not fall back).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     ParentRefused,
 }
 
 /// `run `reaper doctor``: what to do when the machine's setup is the likely cause.
 pub const RUN_DOCTOR: &str = "run `reaper doctor`";
 
+// Some constructors serve the Linux backends only.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 impl Error {
     /// An error whose message is `what`.
     pub fn new(what: impl Into<String>) -> Self {
