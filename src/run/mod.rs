@@ -9,17 +9,17 @@
 //! containment backends only provide the mechanisms. The supervisor decides every arrow of the
 //! diagram; the stop sequence executes the Stopping state.
 //!
-//! | module      | concern                                                                  |
-//! |-------------|--------------------------------------------------------------------------|
-//! | `start`     | [`Run::start`]: containment, spawn, pidfd, the terminal handed over      |
-//! | `command`   | the leader's command line and its spawn into containment                 |
-//! | `error`     | [`StartError`]: why a run could not start, typed until the faces render it |
-//! | `leader`    | the leader: pidfd wait, reaping, job control and the terminal            |
-//! | `supervise` | the one supervisor: what the run waits for, when and how it stops        |
-//! | `stop`      | the stop sequence: first signal, grace, SIGKILL rounds; forwarding       |
-//! | `finish`    | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`; drop  |
-//! | `event`     | the events a run emits                                                   |
-//! | `outcome`   | the outcome and the one exit-status translation                          |
+//! | module      | concern                                                               |
+//! |-------------|-----------------------------------------------------------------------|
+//! | `start`     | [`Run::start`]: containment, spawn, pidfd, the terminal handed over   |
+//! | `command`   | the leader's command line and its spawn into containment              |
+//! | `error`     | [`StartError`]: why a run could not start, typed until a face prints it |
+//! | `leader`    | the leader: pidfd wait, reaping, job control and the terminal         |
+//! | `supervise` | the one supervisor: what the run waits for, when and how it stops     |
+//! | `stop`      | the stop sequence: first signal, grace, SIGKILL rounds; forwarding    |
+//! | `finish`    | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`     |
+//! | `event`     | the events a run emits                                                |
+//! | `outcome`   | the outcome and the one exit-status translation                       |
 
 pub mod command;
 mod error;

@@ -164,4 +164,11 @@ fn a_failed_join_is_reapers_error_naming_the_program() {
         err.to_string(),
         "cannot move 'sleep' into its cgroup before exec; run `reaper doctor`"
     );
+    // The cause stays typed until a face prints it.
+    let cause =
+        std::error::Error::source(&err).and_then(|c| c.downcast_ref::<containment::Error>());
+    assert_eq!(
+        cause.map(containment::Error::kind),
+        Some(containment::error::Kind::JoinFailed)
+    );
 }
