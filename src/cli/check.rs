@@ -11,9 +11,10 @@ use tokio::time::Instant;
 
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
+use crate::containment::select::ContainOpts;
 use crate::run::{
-    EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, Step, StopReason, StopSpec,
-    Supervisor,
+    EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, StartError, Step, StopReason,
+    StopSpec, Supervisor,
 };
 
 #[derive(Debug, clap::Args)]
@@ -228,8 +229,8 @@ async fn check(args: CheckArgs) -> u8 {
 /// Why one check could not run to its report.
 #[derive(Debug)]
 pub enum CheckError {
-    /// CMD did not start (the run layer's message).
-    Start(String),
+    /// CMD did not start.
+    Start(StartError),
     /// `--json`: stderr could not be duplicated for CMD's stdout.
     DupStderr(std::io::Error),
     /// reaper got a signal: CMD's tree was stopped; `survivors` what outlived the stop.
@@ -246,7 +247,8 @@ pub enum CheckError {
 impl std::fmt::Display for CheckError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CheckError::Start(m) | CheckError::Finish(m) => f.write_str(m),
+            CheckError::Start(e) => write!(f, "{e}"),
+            CheckError::Finish(m) => f.write_str(m),
             CheckError::Keep(e) => write!(f, "{e}"),
             CheckError::DupStderr(e) => write!(f, "cannot dup stderr: {e}"),
             CheckError::Signalled { signal, survivors } => {
@@ -281,7 +283,7 @@ pub fn plan(args: &CheckArgs) -> Plan {
 
 async fn check_once(
     args: &CheckArgs,
-    opts: &crate::run::ContainOpts,
+    opts: &ContainOpts,
     requests: &mut Requests,
 ) -> Result<RunReport, CheckError> {
     let mut cmd = LeaderCommand::new(&args.command[0]);
@@ -307,7 +309,7 @@ async fn check_once(
     }
     let (run, _pipes) = Run::start(cmd, opts, EventSink::none())
         .await
-        .map_err(|e| CheckError::Start(e.message().to_owned()))?;
+        .map_err(CheckError::Start)?;
     if let Some(w) = &run.warning {
         say!("{w}");
     }

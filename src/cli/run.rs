@@ -7,11 +7,12 @@ use std::time::Duration;
 use reaper_platform::{ExitStatus, Signal};
 
 use super::parse::{self, SigSpec};
+use crate::containment::select::{ContainOpts, DelegateMode, Requested, SandboxMode};
 use crate::guardian::Guardian;
 use crate::run::supervise::{CutShort, Escalation};
 use crate::run::{
-    ContainOpts, DelegateMode, EventSink, Io, LeaderCommand, Outcome, Plan, Request, Requested,
-    Requests, Run, SandboxMode, Step, StopReason, StopSpec, Supervisor, Target,
+    EventSink, Io, LeaderCommand, Outcome, Plan, Request, Requests, Run, Step, StopReason,
+    StopSpec, Supervisor, Target,
 };
 use std::process::ChildStdin;
 use std::sync::Arc;
@@ -395,8 +396,8 @@ async fn run(mut args: RunArgs) -> u8 {
                     super::timeout::quote(&args.command[0]),
                     super::timeout::strerror(&os)
                 ),
-                (Some(f), None) => say!("{}: {}", f.name, e.message()),
-                (None, _) => say!("reaper: {}", e.message()),
+                (Some(f), None) => say!("{}: {e}", f.name),
+                (None, _) => say!("reaper: {e}"),
             }
             if let Some(g) = &guardian {
                 g.done();

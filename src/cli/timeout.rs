@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::parse::{self, SigSpec};
 use super::run::{ContainArgs, GuardArgs, LimitArgs, RunArgs, TimeoutFace};
-use crate::run::Requested;
+use crate::containment::select::{DelegateMode, Requested};
 
 /// 125: timeout(1)'s status for its own failures (bad usage included).
 const CANCELED: u8 = 125;
@@ -180,8 +180,8 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
             poll: Duration::from_millis(50),
             // As `reaper run`'s `--delegate`: REAPER_DELEGATE=never, else auto.
             delegate: match std::env::var("REAPER_DELEGATE").as_deref() {
-                Ok("never") => crate::run::DelegateMode::Never,
-                _ => crate::run::DelegateMode::Auto,
+                Ok("never") => DelegateMode::Never,
+                _ => DelegateMode::Auto,
             },
             // timeout(1) has no limits.
             limits: LimitArgs::default(),

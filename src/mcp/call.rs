@@ -24,10 +24,11 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
+use crate::containment::select::ContainOpts;
 use crate::run::supervise::CutShort;
 use crate::run::{
-    ContainOpts, EventSink, Io, LeaderCommand, Plan, Request, Requests, Run, StartError, Step,
-    StopReason, StopSpec, Supervisor, Target,
+    EventSink, Io, LeaderCommand, Plan, Request, Requests, Run, StartError, Step, StopReason,
+    StopSpec, Supervisor, Target,
 };
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
@@ -150,12 +151,11 @@ pub async fn run(
                     Ending::NotContained(format!("reaper cannot contain this call: {m}"))
                 }
                 // Not a wrong $CODEX_CMD: the call's `env` (or the server's) is too large.
-                StartError::TooLarge(m) => {
-                    Ending::LaunchFailed(format!("failed to launch codex binary: {m}"))
+                e @ StartError::TooLarge { .. } => {
+                    Ending::LaunchFailed(format!("failed to launch codex binary: {e}"))
                 }
                 other => Ending::LaunchFailed(format!(
-                    "failed to launch codex binary: {} (check $CODEX_CMD)",
-                    other.message()
+                    "failed to launch codex binary: {other} (check $CODEX_CMD)"
                 )),
             };
             return Finished {

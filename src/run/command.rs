@@ -11,7 +11,8 @@ use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
-use super::{Pipes, SandboxMode};
+use super::Pipes;
+use crate::containment::select::SandboxMode;
 use crate::containment::{Backend, Containment};
 
 /// `--sandbox` could not be set up as asked: the run does not start (exit 125), rather than

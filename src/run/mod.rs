@@ -6,205 +6,47 @@
 //!             └── timeout / cancel / reaper signalled ──────► Stopping ─► Reaped
 //! ```
 //! This module owns the policy (which signal, how long to wait, when to escalate); the
-//! containment backends only provide the mechanisms. What the run waits for and when it stops
-//! is decided in one place, [`supervise`].
+//! containment backends only provide the mechanisms. The supervisor decides every arrow of the
+//! diagram; the stop sequence executes the Stopping state.
+//!
+//! | module      | concern                                                               |
+//! |-------------|-----------------------------------------------------------------------|
+//! | `start`     | [`Run::start`]: containment, spawn, pidfd, the terminal handed over   |
+//! | `command`   | the leader's command line and its spawn into containment              |
+//! | `error`     | [`StartError`]: why a run could not start, typed until a face prints it |
+//! | `leader`    | the leader: pidfd wait, reaping, job control and the terminal         |
+//! | `supervise` | the one supervisor: what the run waits for, when and how it stops     |
+//! | `stop`      | the stop sequence: first signal, grace, SIGKILL rounds; forwarding    |
+//! | `finish`    | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`     |
+//! | `event`     | the events a run emits                                                |
+//! | `outcome`   | the outcome and the one exit-status translation                       |
 
 pub mod command;
+mod error;
 pub mod event;
+mod finish;
+mod leader;
 pub mod outcome;
+mod start;
+mod stop;
 pub mod supervise;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
-use std::process::{ChildStderr, ChildStdin, ChildStdout};
-use std::time::Duration;
-
-#[cfg(target_os = "linux")]
-use reaper_platform::linux::subreaper;
-use reaper_platform::process::Handle;
-use reaper_platform::terminal::Foreground;
-use reaper_platform::{reap, signal, ExitStatus, Signal};
-use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
-use tokio::time::Instant;
+use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
 use crate::containment::limits;
 use crate::containment::{self, Backend, Containment, Member};
 use crate::guardian::Guardian;
 pub use command::{Io, LeaderCommand};
-// Selection lives in `containment::select`; the faces name it through the run they start.
-pub use crate::containment::select::{contain, ContainOpts, DelegateMode, Requested, SandboxMode};
+pub use error::StartError;
 pub use event::{Event, EventSink};
+use leader::Leader;
 pub use outcome::{Outcome, StopReason};
-use std::sync::Arc;
+use reaper_platform::{signal, ExitStatus, Signal};
+pub use start::Pipes;
 pub use supervise::{Plan, Request, Requests, Step, StopSpec, Supervisor, Target};
-
-/// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
-/// survivors (a process in uninterruptible sleep dies only when its I/O returns).
-const KILL_DEADLINE: Duration = Duration::from_secs(5);
-/// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
-const KILL_ROUND: Duration = Duration::from_millis(200);
-
-/// Why a run could not start; each maps to timeout(1)'s exit status.
-#[derive(Debug)]
-pub enum StartError {
-    /// 127: the program does not exist (and the errno, for timeout(1)'s message).
-    NotFound(String, i32),
-    /// 126: it exists but cannot be executed.
-    NotExecutable(String, i32),
-    /// 126: its arguments and environment are over the kernel's limits for exec (E2BIG).
-    TooLarge(String),
-    /// 125: reaper itself failed (no containment, no pidfd…).
-    Reaper(String),
-}
-
-impl StartError {
-    pub fn exit_code(&self) -> u8 {
-        match self {
-            StartError::NotFound(..) => 127,
-            StartError::NotExecutable(..) | StartError::TooLarge(_) => 126,
-            StartError::Reaper(_) => 125,
-        }
-    }
-    pub fn message(&self) -> &str {
-        match self {
-            StartError::NotFound(m, _)
-            | StartError::NotExecutable(m, _)
-            | StartError::TooLarge(m)
-            | StartError::Reaper(m) => m,
-        }
-    }
-    /// Why exec failed, when it did (`No such file or directory`).
-    pub fn exec_error(&self) -> Option<std::io::Error> {
-        match self {
-            StartError::NotFound(_, e) | StartError::NotExecutable(_, e) => {
-                Some(std::io::Error::from_raw_os_error(*e))
-            }
-            StartError::TooLarge(_) => Some(std::io::Error::from_raw_os_error(libc::E2BIG)),
-            StartError::Reaper(_) => None,
-        }
-    }
-}
-
-/// The leader's pipes, when the command asked for them.
-pub struct Pipes {
-    pub stdin: Option<ChildStdin>,
-    pub stdout: Option<ChildStdout>,
-    pub stderr: Option<ChildStderr>,
-}
-
-/// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
-/// kept once known.
-struct Leader {
-    handle: Handle,
-    status: Option<ExitStatus>,
-    gone: bool,
-    at: Option<Instant>,
-    sigchld: Option<SignalStream>,
-    /// The terminal, when the leader's new process group was made its foreground group.
-    terminal: Option<Foreground>,
-    /// Whether a stop of the leader is passed on to reaper's job (see `pass_on_stop`): not once
-    /// reaper itself signals the tree.
-    job_control: bool,
-    sink: EventSink,
-}
-
-impl Leader {
-    fn poll(&mut self) -> Option<ExitStatus> {
-        if self.gone {
-            return self.status;
-        }
-        match reap::try_reap_leader(&self.handle) {
-            Ok(Some(st)) => self.done(Some(st)),
-            Ok(None) => None,
-            Err(e) => {
-                tracing::warn!(
-                    "cannot wait for the leader (pid {}): {e}",
-                    self.handle.raw_pid()
-                );
-                self.done(None)
-            }
-        }
-    }
-
-    fn done(&mut self, st: Option<ExitStatus>) -> Option<ExitStatus> {
-        self.release_terminal();
-        self.status = st;
-        self.gone = true;
-        self.at = Some(Instant::now());
-        let (code, sig) = outcome::status_parts(st);
-        self.sink.emit(Event::LeaderExited { code, signal: sig });
-        st
-    }
-
-    /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
-    async fn wait(&mut self) -> Option<ExitStatus> {
-        loop {
-            if self.gone {
-                return self.status;
-            }
-            if let Some(st) = self.poll() {
-                return Some(st);
-            }
-            let sigchld = async {
-                match self.sigchld.as_mut() {
-                    Some(s) => {
-                        s.recv().await;
-                    }
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = self.handle.exited() => {}
-                _ = sigchld => { reap::reap_orphans(); }
-            }
-            self.pass_on_stop();
-        }
-    }
-
-    /// The terminal goes back to reaper's group (the leader is done with it).
-    fn release_terminal(&mut self) {
-        if let Some(t) = self.terminal.take() {
-            if let Err(e) = t.take_back_from(self.handle.raw_pid()) {
-                tracing::debug!("cannot take the terminal back: {e}");
-            }
-        }
-    }
-
-    /// Job control, as a shell does it: when the leader (in the terminal's foreground) is
-    /// stopped by Ctrl-Z or a background read, reaper takes the terminal back and stops its own
-    /// job, so the user's shell sees the job stopped; when the shell continues it (`fg`),
-    /// reaper hands the terminal back and continues the leader's group. After `bg` the
-    /// terminal stays with the shell (`Foreground` only moves it while reaper's group has it).
-    fn pass_on_stop(&mut self) {
-        let Some(t) = &self.terminal else { return };
-        if !self.job_control {
-            return;
-        }
-        let Some(sig) = reap::leader_stopped(&self.handle) else {
-            return;
-        };
-        if ![Signal::TSTP, Signal::TTIN, Signal::TTOU, Signal::STOP].contains(&sig) {
-            return;
-        }
-        let group = self.handle.raw_pid();
-        let _ = t.take_back_from(group);
-        // Returns once reaper's job is continued (or at once if no shell controls it).
-        signal::stop_own_job();
-        if let Err(e) = t.give_to(group) {
-            tracing::debug!("cannot hand the terminal back to group {group}: {e}");
-        }
-        if let Some(g) = reaper_platform::Pid::from_raw(group) {
-            let _ = signal::to_process_group(g, Signal::CONT);
-        }
-    }
-}
-
-impl Drop for Leader {
-    fn drop(&mut self) {
-        self.release_terminal();
-    }
-}
+use tokio::time::Instant;
 
 /// A running, contained command.
 pub struct Run {
@@ -229,106 +71,6 @@ pub struct Run {
 }
 
 impl Run {
-    /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
-    pub async fn start(
-        cmd: LeaderCommand,
-        opts: &ContainOpts,
-        sink: EventSink,
-    ) -> Result<(Run, Pipes), StartError> {
-        let argv = cmd.argv_lossy();
-        let (mut backend, warning) = contain(opts)
-            .await
-            .map_err(|e| StartError::Reaper(e.to_string()))?;
-        let guardian = opts.guardian.clone();
-        // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
-        // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
-        #[cfg(target_os = "linux")]
-        if let Err(e) = subreaper::become_subreaper() {
-            tracing::debug!("not a subreaper: {e}");
-        }
-        let sigchld = unix_signal(SignalKind::child()).ok();
-        // A leader in a process group of its own needs the terminal handed to it, or its first
-        // read from it stops it (SIGTTIN).
-        let terminal = (cmd.wants_terminal()
-            && (cmd.starts_own_group() || backend.capabilities().leader_owns_group))
-            .then(Foreground::if_foreground)
-            .flatten();
-        // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
-        // `reap_orphans` can take the leader's status, nor the status of a child whose exec
-        // failed, which std's spawn waits for itself.
-        let reaping = reap::hold();
-        let spawned = match command::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
-            Ok(s) => s,
-            Err(e) => {
-                drop(reaping);
-                if let Some(t) = &terminal {
-                    t.take_back_after_failed_spawn();
-                }
-                let _ = backend.release();
-                return Err(classify_spawn_error(&backend.spawn_error(e), &argv[0]));
-            }
-        };
-        let (pid, pipes) = (spawned.pid, spawned.pipes);
-        tracing::debug!(
-            pid = pid.as_raw_nonzero().get(),
-            how = spawned.how,
-            "leader started"
-        );
-        reaping.register_leader(pid);
-        backend.spawned(pid);
-        let leader = match spawned.handle {
-            Ok(fd) => fd,
-            Err(e) => {
-                // Without a pidfd we cannot watch safely: kill what we started and give up.
-                if let Some(t) = &terminal {
-                    t.take_back_after_failed_spawn();
-                }
-                backend.kill_all();
-                let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
-                let _ = backend.release();
-                reap::reap_orphans();
-                reap::unregister_leader(pid);
-                return Err(StartError::Reaper(format!(
-                    "pidfd_open({pid:?}) failed: {e} (Linux 5.4+ needed)"
-                )));
-            }
-        };
-        sink.emit(Event::Spawned {
-            pid: leader.raw_pid(),
-            backend: backend.kind().as_str(),
-            cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
-        });
-        if let Some(t) = &terminal {
-            if let Err(e) = t.give_to(leader.raw_pid()) {
-                tracing::debug!("cannot hand the terminal to the leader's group: {e}");
-            }
-        }
-        let leader = Leader {
-            handle: leader,
-            status: None,
-            gone: false,
-            at: None,
-            sigchld,
-            terminal,
-            job_control: true,
-            sink: sink.clone(),
-        };
-        let run = Run {
-            argv,
-            backend,
-            leader,
-            sink,
-            started: Instant::now(),
-            stop_at: None,
-            stopped: HashSet::new(),
-            ended: false,
-            warning,
-            guardian,
-            limits: opts.limits,
-        };
-        Ok((run, pipes))
-    }
-
     pub fn leader_pid(&self) -> i32 {
         self.leader.handle.raw_pid()
     }
@@ -374,7 +116,7 @@ impl Run {
     }
 
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
-    pub async fn wait_leader(&mut self) -> Option<ExitStatus> {
+    pub(super) async fn wait_leader(&mut self) -> Option<ExitStatus> {
         self.leader.wait().await
     }
 
@@ -391,177 +133,6 @@ impl Run {
                 signal::to_handle(&self.leader.handle, sig),
                 Ok(signal::Delivery::Sent)
             )
-    }
-
-    /// Passes `sig` on, as an init does: to the leader alone, or to every member with
-    /// `to_tree`. Not a stop: the run goes on, nothing is counted as stopped, and no SIGCONT
-    /// follows. Returns how many processes it reached.
-    pub fn forward(&self, sig: Signal, to_tree: bool) -> usize {
-        let n = if to_tree {
-            self.backend.signal_all(sig).len()
-        } else {
-            usize::from(self.signal_leader(sig))
-        };
-        self.sink.emit(Event::Forwarded {
-            signal: signal::name(sig),
-            n,
-        });
-        n
-    }
-
-    /// Lets the tree run on its own until it is empty or `linger` has passed.
-    pub async fn linger(&mut self, linger: Duration) -> bool {
-        self.backend.wait_empty(Instant::now() + linger).await
-    }
-
-    /// Stops the whole tree: `first` to every member (then SIGCONT, so a stopped process sees
-    /// it), up to `grace` for them to exit, then SIGKILL for all (cgroup.kill, or the subreaper
-    /// sweep) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
-    /// `first` may be `None` (timeout(1)'s signal 0): nothing is sent, the grace still runs.
-    pub async fn stop(
-        &mut self,
-        first: impl Into<Option<Signal>>,
-        grace: Duration,
-        cut_short: impl std::future::Future<Output = ()>,
-    ) {
-        self.stop_with(first.into(), FirstTo::All, grace, cut_short)
-            .await
-    }
-
-    /// Sends `sig` to every member (or to the leader alone), then SIGCONT so that a stopped
-    /// process sees it; the tree is not waited for. Returns how many processes it reached.
-    /// timeout(1)'s face signals first and waits for the leader only.
-    pub fn signal(&mut self, sig: Signal, leader_only: bool) -> usize {
-        self.stop_at.get_or_insert_with(Instant::now);
-        // reaper's own signal may stop the leader: not a job-control stop to pass on.
-        self.leader.job_control = false;
-        let to = if leader_only {
-            FirstTo::Leader
-        } else {
-            FirstTo::All
-        };
-        self.send_first(sig, to)
-    }
-
-    fn send_first(&mut self, first: Signal, to: FirstTo) -> usize {
-        let reached = match to {
-            // Each member is counted as it is reached: `signal_all` lists the members before it
-            // signals them, so one that dies of the signal is counted too.
-            FirstTo::All => {
-                let reached = self.backend.signal_all(first);
-                self.record(&reached);
-                reached.len()
-            }
-            // Counted before the signal: the leader may die of it (and its tree with it) before
-            // any later look, yet it was alive when the stop began.
-            FirstTo::Leader => {
-                let alive = self.backend.pids();
-                let sent = self.signal_leader(first);
-                self.stopped.extend(alive);
-                usize::from(sent)
-            }
-        };
-        self.sink.emit(Event::Signalled {
-            signal: signal::name(first),
-            n: reached,
-            via: containment::VIA_HANDLE,
-        });
-        if first != Signal::CONT && reached > 0 {
-            self.backend.signal_all(Signal::CONT);
-        }
-        reached
-    }
-
-    /// [`Run::stop`], with the first signal to the leader alone: for a leader that stops its
-    /// own tree gracefully on it (codex on SIGINT kills its tool process groups); whatever it
-    /// leaves is killed after the grace like everything else.
-    pub async fn stop_from_leader(
-        &mut self,
-        first: Signal,
-        grace: Duration,
-        cut_short: impl std::future::Future<Output = ()>,
-    ) {
-        self.stop_with(Some(first), FirstTo::Leader, grace, cut_short)
-            .await
-    }
-
-    async fn stop_with(
-        &mut self,
-        first: Option<Signal>,
-        to: FirstTo,
-        grace: Duration,
-        cut_short: impl std::future::Future<Output = ()>,
-    ) {
-        self.stop_at.get_or_insert_with(Instant::now);
-        // reaper's own signals may stop the leader (SIGSTOP sweeps, `--signal TSTP`): not a
-        // job-control stop to pass on.
-        self.leader.job_control = false;
-        // The common end: the leader exited and left nothing. Only the cgroup's `populated`
-        // is atomic; a look at /proc can miss a process reparented to reaper while it reads,
-        // so those backends need a second look (after reaping) to agree. Still far fewer than
-        // the stop sequence's: the pgid backend's looks read the whole process table.
-        if self.leader.gone
-            && self.backend.is_empty()
-            && (self.backend.capabilities().exact_emptiness || {
-                reap::reap_orphans();
-                self.backend.is_empty()
-            })
-        {
-            reap::reap_orphans();
-            self.sink.emit(Event::TreeEmpty);
-            return;
-        }
-        if !grace.is_zero() && first != Some(Signal::KILL) {
-            if let Some(first) = first {
-                self.send_first(first, to);
-            }
-            let deadline = Instant::now() + grace;
-            let empty = self.backend.wait_empty(deadline);
-            tokio::pin!(empty, cut_short);
-            loop {
-                tokio::select! {
-                    _ = &mut empty => break,
-                    _ = &mut cut_short => break,
-                    // Reap the leader as soon as it exits, so its status and time are exact.
-                    _ = self.leader.wait(), if !self.leader.gone => {}
-                }
-            }
-        }
-        let final_deadline = Instant::now() + KILL_DEADLINE;
-        // cgroup.kill is atomic: one write, then only waiting. Sweeps that a fork can outrun
-        // (no cgroup.kill before Linux 5.14, subreaper, pgid) are repeated.
-        let round = if self.backend.capabilities().atomic_kill {
-            KILL_DEADLINE
-        } else {
-            KILL_ROUND
-        };
-        loop {
-            if self.backend.is_empty() {
-                break;
-            }
-            let killed = self.backend.kill_all();
-            self.record(&killed);
-            let via = self.backend.kill_label();
-            self.sink.emit(Event::Signalled {
-                signal: "KILL".into(),
-                n: killed.len(),
-                via,
-            });
-            let now = Instant::now();
-            if self
-                .backend
-                .wait_empty((now + round).min(final_deadline))
-                .await
-                || Instant::now() >= final_deadline
-            {
-                break;
-            }
-        }
-        reap::reap_orphans();
-        self.leader.poll();
-        if self.backend.is_empty() {
-            self.sink.emit(Event::TreeEmpty);
-        }
     }
 
     /// The run cgroup's statistics (cgroup backend only).
@@ -584,175 +155,6 @@ impl Run {
 
     pub fn limits(&self) -> containment::limits::Limits {
         self.limits
-    }
-
-    fn record(&mut self, ms: &[Member]) {
-        self.stopped.extend(ms.iter().map(|m| m.pid));
-    }
-
-    /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
-    /// Returns where it lives: the cgroup, renamed so no sweep takes it, or `None` for the
-    /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
-    pub fn keep(mut self) -> Result<Option<PathBuf>, containment::Error> {
-        self.ended = true;
-        // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
-        let kept = self.backend.keep(&self.limits)?;
-        if let Some(e) = kept.unlimited {
-            say!("reaper: warning: the kept processes run without their limits: {e}");
-        }
-        reap::unregister_leader(self.leader.handle.pid());
-        Ok(kept.at)
-    }
-
-    /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
-    pub async fn finish(mut self, reason: StopReason, received_signal: Option<Signal>) -> Outcome {
-        self.ended = true;
-        // The leader is dead by now (the tree was stopped); collect its status.
-        if !self.leader.gone {
-            let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
-        }
-        reap::reap_orphans();
-        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
-        // Read before the cgroup is removed with them.
-        let usage = self.usage();
-        let mut error = None;
-        if survivors.is_empty() {
-            if let Err(e) = self.backend.release() {
-                error = Some(e.to_string());
-            }
-        } else {
-            error = Some(format!(
-                "{} process(es) survived SIGKILL for {}s: {}",
-                survivors.len(),
-                KILL_DEADLINE.as_secs(),
-                survivors.join(", ")
-            ));
-        }
-        reap::unregister_leader(self.leader.handle.pid());
-        let end = Instant::now();
-        let ms = |d: Duration| d.as_millis() as u64;
-        let escapees: Vec<String> = self
-            .backend
-            .escapees()
-            .iter()
-            .map(containment::Escapee::label)
-            .collect();
-        self.sink.emit(Event::Reaped {
-            killed: self.stopped.len(),
-            survivors: survivors.clone(),
-            escapees: escapees.clone(),
-            usage: usage.clone(),
-        });
-        let mut out = Outcome {
-            argv: std::mem::take(&mut self.argv),
-            backend: self.backend.kind().as_str(),
-            cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
-            scope: self.scope(),
-            leader_pid: self.leader.handle.raw_pid(),
-            exit_code: None,
-            signal: None,
-            stop_reason: if error.is_some() && reason == StopReason::Exited {
-                StopReason::Error
-            } else if reason == StopReason::Exited
-                && usage.as_ref().is_some_and(|u| {
-                    u.ended_by_oom(match self.leader.status {
-                        Some(ExitStatus::Signal(s)) => Some(s),
-                        _ => None,
-                    })
-                })
-            {
-                StopReason::Oom
-            } else {
-                reason
-            },
-            received_signal: received_signal.map(signal::name),
-            duration_ms: ms(end - self.started),
-            leader_ms: self.leader.at.map(|t| ms(t - self.started)),
-            teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
-            killed: self.stopped.len(),
-            survivors,
-            escapees,
-            error,
-            guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
-            limits: (!self.limits.is_empty()).then_some(self.limits),
-            usage,
-            leader_status: None,
-        };
-        out.set_leader_status(self.leader.status);
-        out
-    }
-}
-
-/// Who gets the first stop signal.
-#[derive(Clone, Copy)]
-enum FirstTo {
-    All,
-    Leader,
-}
-
-/// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
-/// tree running: one synchronous SIGKILL sweep (cgroup.kill for the cgroup backend). The
-/// cgroup itself is left to the guardian, which removes it when reaper says `done` or exits.
-impl Drop for Run {
-    fn drop(&mut self) {
-        if !self.ended {
-            let killed = self.backend.kill_all();
-            tracing::warn!(
-                "run of {:?} dropped before its end; killed {} process(es)",
-                self.argv.first(),
-                killed.len()
-            );
-            reap::reap_orphans();
-        }
-    }
-}
-
-fn classify_spawn_error(e: &std::io::Error, program: &str) -> StartError {
-    use rustix::io::Errno;
-    let errno = e.raw_os_error().map(Errno::from_raw_os_error);
-    if let Some(r) = e
-        .get_ref()
-        .and_then(|r| r.downcast_ref::<command::SandboxRefused>())
-    {
-        return StartError::Reaper(r.0.clone());
-    }
-    if let Some(c) = e
-        .get_ref()
-        .and_then(|r| r.downcast_ref::<containment::Error>())
-    {
-        if c.kind() == containment::error::Kind::JoinFailed {
-            return StartError::Reaper(format!(
-                "cannot move '{program}' into its cgroup before exec; {}",
-                containment::error::RUN_DOCTOR
-            ));
-        }
-    }
-    // `command::spawn` has said by how much (E2BIG comes back as this kind).
-    if e.kind() == std::io::ErrorKind::ArgumentListTooLong {
-        return StartError::TooLarge(format!(
-            "cannot run '{program}': its arguments and environment are too large for exec \
-             (E2BIG): {e}; pass large data through a file or stdin instead"
-        ));
-    }
-    match errno {
-        Some(Errno::NOENT) => StartError::NotFound(
-            format!("cannot run '{program}': command not found"),
-            libc::ENOENT,
-        ),
-        Some(
-            Errno::ACCESS
-            | Errno::PERM
-            | Errno::NOEXEC
-            | Errno::ISDIR
-            | Errno::TXTBSY
-            | Errno::NOTDIR
-            | Errno::LOOP
-            | Errno::NAMETOOLONG,
-        ) => StartError::NotExecutable(
-            format!("cannot run '{program}': {e}"),
-            e.raw_os_error().unwrap_or(libc::EACCES),
-        ),
-        _ => StartError::Reaper(format!("cannot start '{program}': {e}")),
     }
 }
 

@@ -1,7 +1,11 @@
 //! A run's stop on the real cgroup backend, from inside: what only the MCP server's log shows
 //! (`killed` of a cancelled or timed-out call), checked where a test can see it.
 
+use std::time::Duration;
+
+use super::error::classify_spawn_error;
 use super::*;
+use crate::containment::select::{ContainOpts, DelegateMode, Requested};
 
 /// Starts `argv` with `env` on top of reaper's, contained as `requested`.
 async fn start_with(
@@ -14,7 +18,7 @@ async fn start_with(
         cgroup_parent: None,
         poll: Duration::from_millis(50),
         guardian: None,
-        delegate: crate::run::DelegateMode::Never,
+        delegate: DelegateMode::Never,
         limits: Default::default(),
         sandbox: None,
     };
@@ -39,10 +43,9 @@ async fn start(argv: &[&str]) -> Option<Run> {
                 .is_ok_and(|r| r.split_whitespace().any(|n| n == "cgroup"));
             assert!(
                 !required,
-                "no cgroup backend ({}), which REAPER_REQUIRE says this machine has",
-                e.message()
+                "no cgroup backend ({e}), which REAPER_REQUIRE says this machine has"
             );
-            eprintln!("skipped: no cgroup backend here ({})", e.message());
+            eprintln!("skipped: no cgroup backend here ({e})");
             None
         }
     }
@@ -137,8 +140,8 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
                 }
                 Err(e) => e,
             };
-            assert_eq!(e.exit_code(), 126, "{requested:?}, {what}: {}", e.message());
-            let m = e.message();
+            assert_eq!(e.exit_code(), 126, "{requested:?}, {what}: {e}");
+            let m = e.to_string();
             assert!(
                 m.starts_with(
                     "cannot run 'true': its arguments and environment are too large for exec (E2BIG): "
@@ -155,10 +158,17 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
 #[test]
 fn a_failed_join_is_reapers_error_naming_the_program() {
     let e = std::io::Error::other(containment::Error::join_failed());
-    let err = classify_spawn_error(&e, "sleep");
+    let err = classify_spawn_error(e, "sleep");
     assert_eq!(err.exit_code(), 125);
     assert_eq!(
-        err.message(),
+        err.to_string(),
         "cannot move 'sleep' into its cgroup before exec; run `reaper doctor`"
+    );
+    // The cause stays typed until a face prints it.
+    let cause =
+        std::error::Error::source(&err).and_then(|c| c.downcast_ref::<containment::Error>());
+    assert_eq!(
+        cause.map(containment::Error::kind),
+        Some(containment::error::Kind::JoinFailed)
     );
 }

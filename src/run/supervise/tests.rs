@@ -13,7 +13,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::*;
-use crate::run::{ContainOpts, DelegateMode, EventSink, Io, LeaderCommand, Requested};
+use crate::containment::select::{ContainOpts, DelegateMode, Requested};
+use crate::run::{EventSink, Io, LeaderCommand};
 
 #[derive(Parser)]
 struct RunCli {
@@ -108,8 +109,8 @@ async fn start(cmd: LeaderCommand, sink: EventSink) -> Option<Run> {
             // ci/test.sh names what the machine has: there a skip would be a vacuous pass.
             let required = std::env::var("REAPER_REQUIRE")
                 .is_ok_and(|r| r.split_whitespace().any(|n| n == "cgroup"));
-            assert!(!required, "no cgroup backend ({})", e.message());
-            eprintln!("skipped: no cgroup backend here ({})", e.message());
+            assert!(!required, "no cgroup backend ({e})");
+            eprintln!("skipped: no cgroup backend here ({e})");
             None
         }
     }

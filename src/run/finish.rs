@@ -1,0 +1,127 @@
+//! A run's end: the tree reaped, survivors listed, the cgroup removed, the [`Outcome`] built;
+//! or the run kept alive (`check --keep`); or, dropped unfinished, its tree killed.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use reaper_platform::{reap, signal, ExitStatus, Signal};
+use tokio::time::Instant;
+
+use super::stop::KILL_DEADLINE;
+use super::{Event, Outcome, Run, StopReason};
+use crate::containment::{self, Containment, Member};
+
+impl Run {
+    /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
+    /// Returns where it lives: the cgroup, renamed so no sweep takes it, or `None` for the
+    /// subreaper backend (the processes are reaper's descendants, reparented when it exits).
+    pub fn keep(mut self) -> Result<Option<PathBuf>, containment::Error> {
+        self.ended = true;
+        // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
+        let kept = self.backend.keep(&self.limits)?;
+        if let Some(e) = kept.unlimited {
+            say!("reaper: warning: the kept processes run without their limits: {e}");
+        }
+        reap::unregister_leader(self.leader.handle.pid());
+        Ok(kept.at)
+    }
+
+    /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
+    pub(super) async fn finish(
+        mut self,
+        reason: StopReason,
+        received_signal: Option<Signal>,
+    ) -> Outcome {
+        self.ended = true;
+        // The leader is dead by now (the tree was stopped); collect its status.
+        if !self.leader.gone {
+            let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
+        }
+        reap::reap_orphans();
+        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
+        // Read before the cgroup is removed with them.
+        let usage = self.usage();
+        let mut error = None;
+        if survivors.is_empty() {
+            if let Err(e) = self.backend.release() {
+                error = Some(e.to_string());
+            }
+        } else {
+            error = Some(format!(
+                "{} process(es) survived SIGKILL for {}s: {}",
+                survivors.len(),
+                KILL_DEADLINE.as_secs(),
+                survivors.join(", ")
+            ));
+        }
+        reap::unregister_leader(self.leader.handle.pid());
+        let end = Instant::now();
+        let ms = |d: Duration| d.as_millis() as u64;
+        let escapees: Vec<String> = self
+            .backend
+            .escapees()
+            .iter()
+            .map(containment::Escapee::label)
+            .collect();
+        self.sink.emit(Event::Reaped {
+            killed: self.stopped.len(),
+            survivors: survivors.clone(),
+            escapees: escapees.clone(),
+            usage: usage.clone(),
+        });
+        let mut out = Outcome {
+            argv: std::mem::take(&mut self.argv),
+            backend: self.backend.kind().as_str(),
+            cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
+            scope: self.scope(),
+            leader_pid: self.leader.handle.raw_pid(),
+            exit_code: None,
+            signal: None,
+            stop_reason: if error.is_some() && reason == StopReason::Exited {
+                StopReason::Error
+            } else if reason == StopReason::Exited
+                && usage.as_ref().is_some_and(|u| {
+                    u.ended_by_oom(match self.leader.status {
+                        Some(ExitStatus::Signal(s)) => Some(s),
+                        _ => None,
+                    })
+                })
+            {
+                StopReason::Oom
+            } else {
+                reason
+            },
+            received_signal: received_signal.map(signal::name),
+            duration_ms: ms(end - self.started),
+            leader_ms: self.leader.at.map(|t| ms(t - self.started)),
+            teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
+            killed: self.stopped.len(),
+            survivors,
+            escapees,
+            error,
+            guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
+            limits: (!self.limits.is_empty()).then_some(self.limits),
+            usage,
+            leader_status: None,
+        };
+        out.set_leader_status(self.leader.status);
+        out
+    }
+}
+
+/// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
+/// tree running: one synchronous SIGKILL sweep (cgroup.kill for the cgroup backend). The
+/// cgroup itself is left to the guardian, which removes it when reaper says `done` or exits.
+impl Drop for Run {
+    fn drop(&mut self) {
+        if !self.ended {
+            let killed = self.backend.kill_all();
+            tracing::warn!(
+                "run of {:?} dropped before its end; killed {} process(es)",
+                self.argv.first(),
+                killed.len()
+            );
+            reap::reap_orphans();
+        }
+    }
+}

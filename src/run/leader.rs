@@ -1,0 +1,124 @@
+//! The leader: watched through its handle (a pidfd on Linux), reaped, its terminal handed over
+//! and taken back, a job-control stop passed on to reaper's own job.
+
+use reaper_platform::process::Handle;
+use reaper_platform::terminal::Foreground;
+use reaper_platform::{reap, signal, ExitStatus, Signal};
+use tokio::signal::unix::Signal as SignalStream;
+use tokio::time::Instant;
+
+use super::event::{Event, EventSink};
+use super::outcome;
+
+/// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
+/// kept once known.
+pub(super) struct Leader {
+    pub(super) handle: Handle,
+    pub(super) status: Option<ExitStatus>,
+    pub(super) gone: bool,
+    pub(super) at: Option<Instant>,
+    pub(super) sigchld: Option<SignalStream>,
+    /// The terminal, when the leader's new process group was made its foreground group.
+    pub(super) terminal: Option<Foreground>,
+    /// Whether a stop of the leader is passed on to reaper's job (see `pass_on_stop`): not once
+    /// reaper itself signals the tree.
+    pub(super) job_control: bool,
+    pub(super) sink: EventSink,
+}
+
+impl Leader {
+    pub(super) fn poll(&mut self) -> Option<ExitStatus> {
+        if self.gone {
+            return self.status;
+        }
+        match reap::try_reap_leader(&self.handle) {
+            Ok(Some(st)) => self.done(Some(st)),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(
+                    "cannot wait for the leader (pid {}): {e}",
+                    self.handle.raw_pid()
+                );
+                self.done(None)
+            }
+        }
+    }
+
+    fn done(&mut self, st: Option<ExitStatus>) -> Option<ExitStatus> {
+        self.release_terminal();
+        self.status = st;
+        self.gone = true;
+        self.at = Some(Instant::now());
+        let (code, sig) = outcome::status_parts(st);
+        self.sink.emit(Event::LeaderExited { code, signal: sig });
+        st
+    }
+
+    /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
+    pub(super) async fn wait(&mut self) -> Option<ExitStatus> {
+        loop {
+            if self.gone {
+                return self.status;
+            }
+            if let Some(st) = self.poll() {
+                return Some(st);
+            }
+            let sigchld = async {
+                match self.sigchld.as_mut() {
+                    Some(s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = self.handle.exited() => {}
+                _ = sigchld => { reap::reap_orphans(); }
+            }
+            self.pass_on_stop();
+        }
+    }
+
+    /// The terminal goes back to reaper's group (the leader is done with it).
+    fn release_terminal(&mut self) {
+        if let Some(t) = self.terminal.take() {
+            if let Err(e) = t.take_back_from(self.handle.raw_pid()) {
+                tracing::debug!("cannot take the terminal back: {e}");
+            }
+        }
+    }
+
+    /// Job control, as a shell does it: when the leader (in the terminal's foreground) is
+    /// stopped by Ctrl-Z or a background read, reaper takes the terminal back and stops its own
+    /// job, so the user's shell sees the job stopped; when the shell continues it (`fg`),
+    /// reaper hands the terminal back and continues the leader's group. After `bg` the
+    /// terminal stays with the shell (`Foreground` only moves it while reaper's group has it).
+    fn pass_on_stop(&mut self) {
+        let Some(t) = &self.terminal else { return };
+        if !self.job_control {
+            return;
+        }
+        let Some(sig) = reap::leader_stopped(&self.handle) else {
+            return;
+        };
+        if ![Signal::TSTP, Signal::TTIN, Signal::TTOU, Signal::STOP].contains(&sig) {
+            return;
+        }
+        let group = self.handle.raw_pid();
+        let _ = t.take_back_from(group);
+        // Returns once reaper's job is continued (or at once if no shell controls it).
+        signal::stop_own_job();
+        if let Err(e) = t.give_to(group) {
+            tracing::debug!("cannot hand the terminal back to group {group}: {e}");
+        }
+        if let Some(g) = reaper_platform::Pid::from_raw(group) {
+            let _ = signal::to_process_group(g, Signal::CONT);
+        }
+    }
+}
+
+impl Drop for Leader {
+    fn drop(&mut self) {
+        self.release_terminal();
+    }
+}

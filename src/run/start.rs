@@ -1,0 +1,124 @@
+//! A run's start: containment chosen, the leader spawned into it, watched through its pidfd.
+
+use std::collections::HashSet;
+use std::process::{ChildStderr, ChildStdin, ChildStdout};
+
+#[cfg(target_os = "linux")]
+use reaper_platform::linux::subreaper;
+use reaper_platform::reap;
+use reaper_platform::terminal::Foreground;
+use tokio::signal::unix::{signal as unix_signal, SignalKind};
+use tokio::time::Instant;
+
+use super::error::{classify_spawn_error, ReaperError, StartError};
+use super::stop::KILL_DEADLINE;
+use super::{command, Event, EventSink, Leader, LeaderCommand, Run};
+use crate::containment::select::{contain, ContainOpts};
+use crate::containment::Containment;
+
+/// The leader's pipes, when the command asked for them.
+pub struct Pipes {
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+}
+
+impl Run {
+    /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
+    pub async fn start(
+        cmd: LeaderCommand,
+        opts: &ContainOpts,
+        sink: EventSink,
+    ) -> Result<(Run, Pipes), StartError> {
+        let argv = cmd.argv_lossy();
+        let (mut backend, warning) = contain(opts)
+            .await
+            .map_err(|e| StartError::Reaper(ReaperError::Contain(e)))?;
+        let guardian = opts.guardian.clone();
+        // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
+        // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
+        #[cfg(target_os = "linux")]
+        if let Err(e) = subreaper::become_subreaper() {
+            tracing::debug!("not a subreaper: {e}");
+        }
+        let sigchld = unix_signal(SignalKind::child()).ok();
+        // A leader in a process group of its own needs the terminal handed to it, or its first
+        // read from it stops it (SIGTTIN).
+        let terminal = (cmd.wants_terminal()
+            && (cmd.starts_own_group() || backend.capabilities().leader_owns_group))
+            .then(Foreground::if_foreground)
+            .flatten();
+        // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
+        // `reap_orphans` can take the leader's status, nor the status of a child whose exec
+        // failed, which std's spawn waits for itself.
+        let reaping = reap::hold();
+        let spawned = match command::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
+            Ok(s) => s,
+            Err(e) => {
+                drop(reaping);
+                if let Some(t) = &terminal {
+                    t.take_back_after_failed_spawn();
+                }
+                let _ = backend.release();
+                return Err(classify_spawn_error(backend.spawn_error(e), &argv[0]));
+            }
+        };
+        let (pid, pipes) = (spawned.pid, spawned.pipes);
+        tracing::debug!(
+            pid = pid.as_raw_nonzero().get(),
+            how = spawned.how,
+            "leader started"
+        );
+        reaping.register_leader(pid);
+        backend.spawned(pid);
+        let leader = match spawned.handle {
+            Ok(fd) => fd,
+            Err(e) => {
+                // Without a pidfd we cannot watch safely: kill what we started and give up.
+                if let Some(t) = &terminal {
+                    t.take_back_after_failed_spawn();
+                }
+                backend.kill_all();
+                let _ = backend.wait_empty(Instant::now() + KILL_DEADLINE).await;
+                let _ = backend.release();
+                reap::reap_orphans();
+                reap::unregister_leader(pid);
+                return Err(StartError::Reaper(ReaperError::NoPidfd { pid, error: e }));
+            }
+        };
+        sink.emit(Event::Spawned {
+            pid: leader.raw_pid(),
+            backend: backend.kind().as_str(),
+            cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
+        });
+        if let Some(t) = &terminal {
+            if let Err(e) = t.give_to(leader.raw_pid()) {
+                tracing::debug!("cannot hand the terminal to the leader's group: {e}");
+            }
+        }
+        let leader = Leader {
+            handle: leader,
+            status: None,
+            gone: false,
+            at: None,
+            sigchld,
+            terminal,
+            job_control: true,
+            sink: sink.clone(),
+        };
+        let run = Run {
+            argv,
+            backend,
+            leader,
+            sink,
+            started: Instant::now(),
+            stop_at: None,
+            stopped: HashSet::new(),
+            ended: false,
+            warning,
+            guardian,
+            limits: opts.limits,
+        };
+        Ok((run, pipes))
+    }
+}
