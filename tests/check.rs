@@ -72,15 +72,19 @@ fn app_server_in_its_own_session_is_reported_and_the_fix_is_clean() {
 }
 
 /// A client launches a stdio server that has a child, sends a request the server blocks on,
-/// and exits without terminating the server's tree.
+/// and exits without terminating the server's tree. The client exits only once the server
+/// says its child runs (a line on its stdout): on a loaded machine the server's start can take
+/// longer than the settle time, and a child not yet forked is no leak to find.
 const LEAKY_CLIENT: &str = r#"
 import subprocess, sys
 server = subprocess.Popen([sys.executable, "-c", """
 import subprocess, sys, time
 subprocess.Popen(["sleep", "600"])
+print("ready", flush=True)
 sys.stdin.readline()
 time.sleep(600)
-"""], stdin=subprocess.PIPE)
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+server.stdout.readline()
 server.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"tools/call"}\n')
 server.stdin.flush()
 sys.exit(0)
