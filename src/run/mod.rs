@@ -1,13 +1,15 @@
-//! A run's life (DESIGN.md): spawn into containment, watch the leader through its pidfd, stop
-//! the tree (first signal to every member, grace, kill), report an [`Outcome`].
+//! A run's life: spawn into containment, watch the leader through its pidfd, stop the tree
+//! (first signal to every member, grace, kill), report an [`Outcome`].
 //!
 //! ```text
-//! spawn ─► Running ──leader exits──► Draining (--linger) ─► Stopping ─► Reaped
-//!             └── timeout / cancel / reaper signalled ──────► Stopping ─► Reaped
+//! spawn ─► Running ──leader exits──► Exited ─► Lingering (--linger) ─► Stopping ─► Reaped
+//!           │   └──stdin EOF──► Allowance ──leader exits──────────────► Stopping
+//!           └── timeout / signal / cancel / parent died / shutdown ───► Stopping ─► Reaped
 //! ```
 //! This module owns the policy (which signal, how long to wait, when to escalate); the
-//! containment backends only provide the mechanisms. The supervisor decides every arrow of the
-//! diagram; the stop sequence executes the Stopping state.
+//! containment backends only provide the mechanisms. The supervisor (`supervise`) decides every
+//! arrow of the diagram from the face's [`Plan`] and [`Request`]s; the stop sequence (`stop`)
+//! executes the Stopping state; `finish` the last.
 //!
 //! | module      | concern                                                               |
 //! |-------------|-----------------------------------------------------------------------|
