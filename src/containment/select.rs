@@ -46,6 +46,22 @@ pub struct ContainOpts {
     pub sandbox: Option<SandboxMode>,
 }
 
+impl ContainOpts {
+    /// `requested`, and nothing else: no parent, guardian, delegation, limit or sandbox.
+    #[cfg(test)]
+    pub fn plain(requested: Requested) -> Self {
+        ContainOpts {
+            requested,
+            cgroup_parent: None,
+            poll: Duration::from_millis(50),
+            guardian: None,
+            delegate: DelegateMode::Never,
+            limits: Default::default(),
+            sandbox: None,
+        }
+    }
+}
+
 /// `--sandbox[=pid]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum SandboxMode {

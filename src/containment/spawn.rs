@@ -111,15 +111,8 @@ fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), Pr
         cstr(program.as_bytes().to_vec())?,
         cstr(b"--version".to_vec())?,
     ];
-    let envp = env
-        .iter()
-        .map(|(k, v)| {
-            let mut kv = k.as_bytes().to_vec();
-            kv.push(b'=');
-            kv.extend_from_slice(v.as_bytes());
-            cstr(kv)
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
+        .ok_or_else(|| other("a NUL byte in an argument or the environment".into()))?;
     let null = rustix::fs::open(
         "/dev/null",
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,

@@ -511,28 +511,20 @@ mod clone3 {
             env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
         )
         .map_err(failed)?;
-        let cstr = |b: Vec<u8>| {
-            std::ffi::CString::new(b).map_err(|_| {
-                Error::Failed(std::io::Error::new(
-                    std::io::ErrorKind::InvalidInput,
-                    "a NUL byte in an argument or the environment",
-                ))
-            })
+        let nul = || {
+            Error::Failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "a NUL byte in an argument or the environment",
+            ))
         };
+        let cstr = |b: Vec<u8>| std::ffi::CString::new(b).map_err(|_| nul());
         use std::os::unix::ffi::OsStrExt;
         let argv = std::iter::once(&cmd.program)
             .chain(&cmd.args)
             .map(|a| cstr(a.as_bytes().to_vec()))
             .collect::<Result<Vec<_>, _>>()?;
-        let envp = env
-            .iter()
-            .map(|(k, v)| {
-                let mut kv = k.as_bytes().to_vec();
-                kv.push(b'=');
-                kv.extend_from_slice(v.as_bytes());
-                cstr(kv)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+        let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
+            .ok_or_else(nul)?;
 
         // The child's ends (kept until the spawn returns) and reaper's ends of the pipes.
         let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::error::classify_spawn_error;
 use super::*;
-use crate::containment::select::{ContainOpts, DelegateMode, Requested};
+use crate::containment::select::{ContainOpts, Requested};
 
 /// Starts `argv` with `env` on top of reaper's, contained as `requested`.
 async fn start_with(
@@ -13,15 +13,7 @@ async fn start_with(
     argv: &[&str],
     env: Vec<(String, String)>,
 ) -> Result<Run, StartError> {
-    let opts = ContainOpts {
-        requested,
-        cgroup_parent: None,
-        poll: Duration::from_millis(50),
-        guardian: None,
-        delegate: DelegateMode::Never,
-        limits: Default::default(),
-        sandbox: None,
-    };
+    let opts = ContainOpts::plain(requested);
     let mut cmd = LeaderCommand::new(argv[0]);
     cmd.args(&argv[1..])
         .envs(env)

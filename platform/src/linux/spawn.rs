@@ -65,6 +65,22 @@ pub enum SpawnError {
     Failed(std::io::Error),
 }
 
+/// An exec's environment as `KEY=VALUE` C strings; `None` when one holds a NUL byte (which
+/// exec could not pass).
+pub fn env_block<'a>(
+    env: impl IntoIterator<Item = (&'a OsStr, &'a OsStr)>,
+) -> Option<Vec<CString>> {
+    use std::os::unix::ffi::OsStrExt;
+    env.into_iter()
+        .map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect()
+}
+
 /// The argv and environment as C strings, and `program` resolved along `PATH` the way
 /// `execvp(3)` does (a name with a `/` is used as it is). `path` is the `PATH` the child will
 /// have; `None` means glibc's default, `/bin:/usr/bin`.

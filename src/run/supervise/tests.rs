@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::*;
-use crate::containment::select::{ContainOpts, DelegateMode, Requested};
+use crate::containment::select::{ContainOpts, Requested};
 use crate::run::{EventSink, Io, LeaderCommand};
 
 #[derive(Parser)]
@@ -29,15 +29,7 @@ struct CheckCli {
 }
 
 fn opts() -> ContainOpts {
-    ContainOpts {
-        requested: Requested::Cgroup,
-        cgroup_parent: None,
-        poll: Duration::from_millis(50),
-        guardian: None,
-        delegate: DelegateMode::Never,
-        limits: Default::default(),
-        sandbox: None,
-    }
+    ContainOpts::plain(Requested::Cgroup)
 }
 
 /// The three faces' plans: `timeout` for each, or none.
