@@ -66,6 +66,34 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     cli::record_parent();
+    let cli = parse();
+    // Before tracing and before any runtime or thread: the guardian is forked, not exec'd.
+    if let Some(Ok(c)) = &cli {
+        let (contain, guard) = match &c.command {
+            Cmd::Run(a) => (&a.contain, &a.guard),
+            Cmd::Check(a) => (&a.contain, &a.guard),
+            Cmd::Mcp(a) => (&a.contain, &a.guard),
+            _ => return dispatch(cli),
+        };
+        if contain.wants_guardian(guard) {
+            if let Some(code) = guardian::fork_early() {
+                return std::process::ExitCode::from(code);
+            }
+        }
+    }
+    dispatch(cli)
+}
+
+/// The command line, or `None` for timeout(1)'s, which `cli::timeout` parses itself.
+fn parse() -> Option<Result<Cli, clap::Error>> {
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next().unwrap_or_default();
+    let timeout = std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref())
+        || argv.next().as_deref() == Some("timeout".as_ref());
+    (!timeout).then(Cli::try_parse)
+}
+
+fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -88,9 +116,11 @@ fn main() -> std::process::ExitCode {
     if first.as_deref() == Some("timeout".as_ref()) {
         return std::process::ExitCode::from(cli::timeout::main("reaper timeout", argv.collect()));
     }
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
+    let cli = match cli {
+        Some(Ok(c)) => c,
+        // Only timeout(1)'s command line is not parsed here, and it returned above.
+        None => return std::process::ExitCode::from(125),
+        Some(Err(e)) => {
             let _ = e.print();
             // Usage errors are reaper's own failure (125), like timeout(1); --help/--version are 0.
             return std::process::ExitCode::from(if e.use_stderr() { 125 } else { 0 });
