@@ -69,6 +69,11 @@ impl Containment for SubreaperBackend {
             .collect()
     }
 
+    /// Reaper's own children only (see `has_live_child`), not a walk of the whole tree.
+    fn is_empty(&self) -> bool {
+        !self.has_live_child()
+    }
+
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         super::signal_each(self.members(), sig)
     }

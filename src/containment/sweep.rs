@@ -61,10 +61,16 @@ pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
     use reaper_platform::linux::procfs;
     let mut seen: HashSet<(i32, u64)> = HashSet::new();
     let mut held: Vec<(Member, Handle)> = Vec::new();
+    let mut stopped_pids: HashSet<i32> = HashSet::new();
     // Stops each new process of `pids`; returns the ones it stopped.
     let mut stop_new = |pids: Vec<i32>| -> Vec<i32> {
         let mut stopped = Vec::new();
         for pid in pids {
+            // Stopped by this sweep, so alive: its parent is stopped too (or is reaper, which
+            // reaps nothing meanwhile), so nothing can have reaped it and reused its pid.
+            if stopped_pids.contains(&pid) {
+                continue;
+            }
             let Some(p) = reaper_platform::Pid::from_raw(pid) else {
                 continue;
             };
@@ -85,6 +91,7 @@ pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
                 Ok(signal::Delivery::Sent)
             ) {
                 seen.insert(id);
+                stopped_pids.insert(pid);
                 stopped.push(pid);
                 held.push((Member::from(st), fd));
             }
