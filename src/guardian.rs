@@ -2,8 +2,9 @@
 //!
 //! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
 //! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
-//! its cgroup. The guardian is reaper's own binary, started in a session (and so a process
-//! group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
+//! its cgroup. The guardian is a copy of reaper forked in `main` before any thread or runtime
+//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible), in
+//! a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
 //! however), the guardian does for reaper what the next reaper's stale sweep would, but at once:
 //! under each directory reaper named, it kills (`cgroup.kill`), empties and removes every cgroup
 //! whose name carries *this* reaper's pid and start time (`reaper-PID-START-SEQ`, see
@@ -74,7 +75,10 @@ const MAX_DIRS: usize = 64;
 /// The guardian [`fork_early`] forked, waiting for [`Guardian::spawn`] to take it (or the reason
 /// it could not be started, which `spawn` reports as its own failure), with the read end of a
 /// pipe that reaches EOF once the guardian has its command line (see [`child`]).
-static EARLY: Mutex<Option<(Result<Guardian, String>, Option<OwnedFd>)>> = Mutex::new(None);
+static EARLY: Mutex<Option<Early>> = Mutex::new(None);
+
+/// What [`EARLY`] holds: the guardian (or why there is none) and its `ready` pipe.
+type Early = (Result<Guardian, String>, Option<OwnedFd>);
 
 /// The guardian's command line, as `ps` and the tests find it: `reaper guardian PID START`.
 fn title(pid: i32, start: u64) -> Vec<u8> {
