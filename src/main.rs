@@ -68,29 +68,38 @@ fn main() -> std::process::ExitCode {
     cli::record_parent();
     let cli = parse();
     // Before tracing and before any runtime or thread: the guardian is forked, not exec'd.
-    if let Some(Ok(c)) = &cli {
-        let (contain, guard) = match &c.command {
-            Cmd::Run(a) => (&a.contain, &a.guard),
-            Cmd::Check(a) => (&a.contain, &a.guard),
-            Cmd::Mcp(a) => (&a.contain, &a.guard),
-            _ => return dispatch(cli),
-        };
-        if contain.wants_guardian(guard) {
-            if let Some(code) = guardian::fork_early() {
-                return std::process::ExitCode::from(code);
-            }
+    let wants_guardian = match &cli {
+        Some(Ok(c)) => match &c.command {
+            Cmd::Run(a) => a.contain.wants_guardian(&a.guard),
+            Cmd::Check(a) => a.contain.wants_guardian(&a.guard),
+            Cmd::Mcp(a) => a.contain.wants_guardian(&a.guard),
+            _ => false,
+        },
+        Some(Err(_)) => false,
+        None => timeout_args().is_some_and(|args| cli::timeout::wants_guardian(&args)),
+    };
+    if wants_guardian {
+        if let Some(code) = guardian::fork_early() {
+            return std::process::ExitCode::from(code);
         }
     }
     dispatch(cli)
 }
 
-/// The command line, or `None` for timeout(1)'s, which `cli::timeout` parses itself.
-fn parse() -> Option<Result<Cli, clap::Error>> {
+/// The arguments of timeout(1)'s command line (`reaper timeout …`, or reaper called through a
+/// link named `timeout`), which `cli::timeout` parses itself; `None` for clap's.
+fn timeout_args() -> Option<Vec<std::ffi::OsString>> {
     let mut argv = std::env::args_os();
     let argv0 = argv.next().unwrap_or_default();
-    let timeout = std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref())
-        || argv.next().as_deref() == Some("timeout".as_ref());
-    (!timeout).then(Cli::try_parse)
+    if std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref()) {
+        return Some(argv.collect());
+    }
+    (argv.next().as_deref() == Some("timeout".as_ref())).then(|| argv.collect())
+}
+
+/// The command line, or `None` for timeout(1)'s.
+fn parse() -> Option<Result<Cli, clap::Error>> {
+    timeout_args().is_none().then(Cli::try_parse)
 }
 
 fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
