@@ -2,8 +2,9 @@
 //!
 //! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
 //! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
-//! its cgroup. The guardian is reaper's own binary, started in a session (and so a process
-//! group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
+//! its cgroup. The guardian is a copy of reaper forked in `main` before any thread or runtime
+//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible), in
+//! a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
 //! however), the guardian does for reaper what the next reaper's stale sweep would, but at once:
 //! under each directory reaper named, it kills (`cgroup.kill`), empties and removes every cgroup
 //! whose name carries *this* reaper's pid and start time (`reaper-PID-START-SEQ`, see
@@ -22,6 +23,7 @@
 //! a same-uid process with SIGSTOP) therefore never stops reaper; reaper reports it once.
 
 use std::io::Read;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -70,9 +72,255 @@ struct Channel {
 /// that something keeps moving between cgroups.
 const MAX_DIRS: usize = 64;
 
+/// The guardian [`fork_early`] forked, waiting for [`Guardian::spawn`] to take it (or the reason
+/// it could not be started, which `spawn` reports as its own failure), with the read end of a
+/// pipe that reaches EOF once the guardian has its command line (see [`child`]).
+static EARLY: Mutex<Option<Early>> = Mutex::new(None);
+
+/// What [`EARLY`] holds: the guardian (or why there is none) and its `ready` pipe.
+type Early = (Result<Guardian, String>, Option<OwnedFd>);
+
+/// The guardian's command line, as `ps` and the tests find it: `reaper guardian PID START`.
+fn title(pid: i32, start: u64) -> Vec<u8> {
+    format!("reaper\0guardian\0{pid}\0{start}\0").into_bytes()
+}
+
+/// What `/proc/self/stat` says about this process before the fork (proc(5) field numbers).
+struct SelfStat {
+    pid: i32,
+    /// Field 22.
+    starttime: u64,
+    /// Field 20: the fork is sound only while this is 1.
+    threads: u64,
+    /// Fields 48 and 49: the argument block the kernel shows as `/proc/PID/cmdline`.
+    arg_start: usize,
+    arg_end: usize,
+}
+
+fn self_stat() -> Option<SelfStat> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let close = text.rfind(')')?;
+    let pid = text[..text.find('(')?].trim().parse().ok()?;
+    // Field 3 (state) is the first after the comm.
+    let field = |n: usize| -> Option<u64> {
+        text[close + 1..]
+            .split_whitespace()
+            .nth(n - 3)?
+            .parse()
+            .ok()
+    };
+    Some(SelfStat {
+        pid,
+        starttime: field(22)?,
+        threads: field(20)?,
+        arg_start: usize::try_from(field(48)?).ok()?,
+        arg_end: usize::try_from(field(49)?).ok()?,
+    })
+}
+
+/// Forks the guardian now, while reaper is one thread and no runtime exists, so that a run
+/// pays neither a second exec of reaper's binary nor its dynamic loading and start (issue 16,
+/// fix 3). Call first thing in `main`, only when the command will want a guardian; the result
+/// waits for [`Guardian::spawn`]. Returns `Some(exit status)` in the guardian, which `main`
+/// returns at once, and `None` in reaper. Does nothing (and `spawn` starts the guardian the old
+/// way, by exec) when reaper already has a second thread: fork is sound only without one.
+pub fn fork_early() -> Option<u8> {
+    let me = self_stat()?;
+    if me.threads != 1 {
+        return None;
+    }
+    let pipes = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).and_then(|p| {
+        Ok((
+            p,
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?,
+        ))
+    });
+    let ((read, write), (ready, ready_w)) = match pipes {
+        Ok(p) => p,
+        Err(e) => {
+            *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some((
+                Err(format!("cannot start the guardian: no pipe ({e})")),
+                None,
+            ));
+            return None;
+        }
+    };
+    // SAFETY: reaper has one thread (checked above, and nothing in `main` starts one before
+    // this call), so the child is a complete copy with no lock held by a vanished thread, and
+    // may allocate and do anything the parent could.
+    match unsafe { libc::fork() } {
+        -1 => {
+            let e = std::io::Error::last_os_error();
+            *EARLY.lock().unwrap_or_else(|p| p.into_inner()) =
+                Some((Err(format!("cannot start the guardian: {e}")), None));
+            None
+        }
+        0 => {
+            drop((write, ready));
+            Some(child(&me, read, ready_w))
+        }
+        gpid => {
+            drop((read, ready_w));
+            // Nothing reaps before the runtime exists; the lock says so to the next reader.
+            let reaping = reap::hold();
+            let g = adopt(gpid, Some(ChildStdin::from(write)));
+            drop(reaping);
+            *EARLY.lock().unwrap_or_else(|p| p.into_inner()) = Some((g, Some(ready)));
+            None
+        }
+    }
+}
+
+/// The forked guardian, before [`main`]: everything an exec of `reaper guardian PID START`
+/// gave it. Its own session (outside reaper's process group, so `kill -KILL -PGID` and a
+/// terminal's SIGHUP miss it), the pipe as stdin and `/dev/null` as stdout, no other fd of
+/// reaper's (nor one reaper inherited), an empty signal mask, its own tracing at `warn`
+/// (`RUST_LOG` is reaper's), and that command line. `ready` is closed once the command line is
+/// set (by the exec, when it takes one), as std's spawn returns only after the exec: whoever
+/// looks for `reaper guardian PID START` once reaper is serving finds it.
+fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
+    use std::os::fd::AsRawFd;
+    let _ = rustix::process::setsid();
+    // SAFETY: plain fd and signal-mask calls on fds this process owns; single-threaded.
+    unsafe {
+        libc::dup2(pipe.as_raw_fd(), 0);
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if null >= 0 {
+            libc::dup2(null, 1);
+        }
+        // dup2 onto itself (reaper started with stdin or stdout closed) keeps close-on-exec.
+        libc::fcntl(0, libc::F_SETFD, 0);
+        libc::fcntl(1, libc::F_SETFD, 0);
+        let mut empty: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut empty);
+        libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    }
+    if retitle(me) {
+        // Closes `ready` too, with every other fd of reaper's.
+        // SAFETY: closes fds by number; the ones this function owns are forgotten below.
+        if unsafe { libc::close_range(3, u32::MAX, 0) } != 0 {
+            close_all_above_stderr();
+        }
+        // Closed above; dropping them would close whatever reuses their numbers.
+        std::mem::forget((pipe, ready));
+    } else {
+        // No room for the command line and no CAP_SYS_RESOURCE to move it: become the
+        // guardian the old way, by exec (the pipe is stdin already; close-on-exec closes the
+        // rest, `ready` and the pipe's first fd with it, unless that fd is stdin).
+        std::mem::forget(pipe);
+        let e = Command::new("/proc/self/exe")
+            .arg0("reaper")
+            .args(["guardian", &me.pid.to_string(), &me.starttime.to_string()])
+            .env_remove("RUST_LOG")
+            .exec();
+        say!("reaper guardian: cannot exec reaper ({e})");
+        return 1;
+    }
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::new("warn"))
+        .with_target(false)
+        .init();
+    main(me.pid, me.starttime)
+}
+
+/// Fallback of `close_range(2)` (Linux < 5.9): closes every fd above stderr that
+/// `/proc/self/fd` lists.
+fn close_all_above_stderr() {
+    let fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|&fd| fd > 2)
+                .collect()
+        })
+        .unwrap_or_default();
+    for fd in fds {
+        // SAFETY: closing an fd number; nothing in this fresh child owns one above stderr
+        // (the directory's own fd is already closed, and then fails with EBADF).
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
+/// Makes `/proc/self/cmdline` read `reaper guardian PID START`: in place when reaper's own
+/// argument block is long enough (the rest zeroed, so the kernel still reads the block as
+/// NUL-separated arguments), else by pointing the kernel at a copy (`PR_SET_MM`, which needs
+/// CAP_SYS_RESOURCE). False when neither works.
+fn retitle(me: &SelfStat) -> bool {
+    let title = title(me.pid, me.starttime);
+    let len = me.arg_end.saturating_sub(me.arg_start);
+    if me.arg_start != 0 && len >= title.len() {
+        // SAFETY: [arg_start, arg_end) is the argument block the kernel copied onto this
+        // process's stack at exec (proc(5)): mapped and writable for the process's life, and
+        // nothing reads it while we write (one thread; std keeps only raw pointers into it).
+        unsafe {
+            let block = std::slice::from_raw_parts_mut(me.arg_start as *mut u8, len);
+            block[..title.len()].copy_from_slice(&title);
+            block[title.len()..].fill(0);
+        }
+        return true;
+    }
+    let copy: &'static [u8] = Vec::leak(title);
+    let start = copy.as_ptr() as libc::c_ulong;
+    let end = start + copy.len() as libc::c_ulong;
+    // SAFETY: prctl with integer arguments; `copy` lives as long as the process. The start goes
+    // first: the kernel requires start <= end after each call, and the old end (the stack) is
+    // above any heap address.
+    unsafe {
+        libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_ARG_START, start, 0, 0) == 0
+            && libc::prctl(libc::PR_SET_MM, libc::PR_SET_MM_ARG_END, end, 0, 0) == 0
+    }
+}
+
+/// reaper's side of a guardian just started as child `gpid`: the pipe made non-blocking, the
+/// guardian named by pid and start time and a pidfd opened on it.
+fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, String> {
+    if let Some(p) = &pipe {
+        // The write end is reaper's alone (close-on-exec, the guardian holds the read end),
+        // so O_NONBLOCK changes nobody else's I/O.
+        let flags = rustix::fs::fcntl_getfl(p).map_err(|e| {
+            format!("cannot read the flags of the guardian's pipe (fcntl F_GETFL): {e}")
+        })?;
+        rustix::fs::fcntl_setfl(p, flags | rustix::fs::OFlags::NONBLOCK).map_err(|e| {
+            format!("cannot make the guardian's pipe non-blocking (fcntl F_SETFL): {e}")
+        })?;
+    }
+    // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
+    // exits, and its pid may then be reused. Until the caller lets go of the reaping lock (or,
+    // before the runtime exists, until anything reaps at all) it cannot be: read its start
+    // time and open its pidfd now.
+    let starttime = procfs::stat(gpid)
+        .map_err(|e| format!("cannot read the guardian's /proc/{gpid}/stat: {e}"))?
+        .starttime;
+    let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
+    Ok(Guardian {
+        pid: gpid,
+        starttime,
+        handle,
+        channel: Mutex::new(Channel {
+            pipe,
+            told: Vec::new(),
+            unsent: Vec::new(),
+            reported: false,
+            full: false,
+        }),
+    })
+}
+
 impl Guardian {
-    /// Starts the guardian for this reaper process.
+    /// The guardian for this reaper process: the one [`fork_early`] forked, else a new one
+    /// started by exec of `reaper guardian PID START`.
     pub fn spawn() -> Result<Guardian, String> {
+        if let Some((early, ready)) = EARLY.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            if let Some(fd) = ready {
+                // Usually long closed: the guardian names itself while reaper builds its runtime.
+                let mut byte = [0u8; 1];
+                while let Err(rustix::io::Errno::INTR) = rustix::io::read(&fd, &mut byte) {}
+            }
+            return early;
+        }
         let (pid, start) =
             procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
         let mut cmd = Command::new("/proc/self/exe");
@@ -95,37 +343,9 @@ impl Guardian {
             .spawn()
             .map_err(|e| format!("cannot start the guardian: {e}"))?;
         let pipe = child.stdin.take();
-        if let Some(p) = &pipe {
-            // The write end is reaper's alone (close-on-exec, the guardian holds the read end),
-            // so O_NONBLOCK changes nobody else's I/O.
-            let flags = rustix::fs::fcntl_getfl(p).map_err(|e| {
-                format!("cannot read the flags of the guardian's pipe (fcntl F_GETFL): {e}")
-            })?;
-            rustix::fs::fcntl_setfl(p, flags | rustix::fs::OFlags::NONBLOCK).map_err(|e| {
-                format!("cannot make the guardian's pipe non-blocking (fcntl F_SETFL): {e}")
-            })?;
-        }
-        let gpid = child.id() as i32;
-        // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
-        // exits, and its pid may then be reused. Until the reaping lock is let go it cannot be:
-        // read its start time and open its pidfd now.
-        let starttime = procfs::stat(gpid)
-            .map_err(|e| format!("cannot read the guardian's /proc/{gpid}/stat: {e}"))?
-            .starttime;
-        let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
+        let g = adopt(child.id() as i32, pipe);
         drop(reaping);
-        Ok(Guardian {
-            pid: gpid,
-            starttime,
-            handle,
-            channel: Mutex::new(Channel {
-                pipe,
-                told: Vec::new(),
-                unsent: Vec::new(),
-                reported: false,
-                full: false,
-            }),
-        })
+        g
     }
 
     pub fn pid(&self) -> i32 {

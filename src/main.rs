@@ -66,6 +66,43 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     cli::record_parent();
+    let cli = parse();
+    // Before tracing and before any runtime or thread: the guardian is forked, not exec'd.
+    let wants_guardian = match &cli {
+        Some(Ok(c)) => match &c.command {
+            Cmd::Run(a) => a.contain.wants_guardian(&a.guard),
+            Cmd::Check(a) => a.contain.wants_guardian(&a.guard),
+            Cmd::Mcp(a) => a.contain.wants_guardian(&a.guard),
+            _ => false,
+        },
+        Some(Err(_)) => false,
+        None => timeout_args().is_some_and(|args| cli::timeout::wants_guardian(&args)),
+    };
+    if wants_guardian {
+        if let Some(code) = guardian::fork_early() {
+            return std::process::ExitCode::from(code);
+        }
+    }
+    dispatch(cli)
+}
+
+/// The arguments of timeout(1)'s command line (`reaper timeout …`, or reaper called through a
+/// link named `timeout`), which `cli::timeout` parses itself; `None` for clap's.
+fn timeout_args() -> Option<Vec<std::ffi::OsString>> {
+    let mut argv = std::env::args_os();
+    let argv0 = argv.next().unwrap_or_default();
+    if std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref()) {
+        return Some(argv.collect());
+    }
+    (argv.next().as_deref() == Some("timeout".as_ref())).then(|| argv.collect())
+}
+
+/// The command line, or `None` for timeout(1)'s.
+fn parse() -> Option<Result<Cli, clap::Error>> {
+    timeout_args().is_none().then(Cli::try_parse)
+}
+
+fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter(
@@ -88,9 +125,11 @@ fn main() -> std::process::ExitCode {
     if first.as_deref() == Some("timeout".as_ref()) {
         return std::process::ExitCode::from(cli::timeout::main("reaper timeout", argv.collect()));
     }
-    let cli = match Cli::try_parse() {
-        Ok(c) => c,
-        Err(e) => {
+    let cli = match cli {
+        Some(Ok(c)) => c,
+        // Only timeout(1)'s command line is not parsed here, and it returned above.
+        None => return std::process::ExitCode::from(125),
+        Some(Err(e)) => {
             let _ = e.print();
             // Usage errors are reaper's own failure (125), like timeout(1); --help/--version are 0.
             return std::process::ExitCode::from(if e.use_stderr() { 125 } else { 0 });

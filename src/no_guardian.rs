@@ -22,6 +22,11 @@ impl Guardian {
     }
 }
 
+/// Nothing to fork before the runtime: reaper is always the parent here.
+pub fn fork_early() -> Option<u8> {
+    None
+}
+
 /// `reaper guardian PID STARTTIME`, which reaper itself only starts on Linux.
 pub fn main(_reaper_pid: i32, _reaper_start: u64) -> u8 {
     eprintln!("reaper: the guardian is Linux-only");

@@ -242,10 +242,7 @@ impl ContainArgs {
     pub fn opts(&self, guard: &GuardArgs) -> ContainOpts {
         // The guardian cleans up cgroups; the subreaper and pgid backends (and so macOS) have
         // none to name.
-        let guardian = if guard.no_guardian
-            || matches!(self.containment, Requested::Subreaper | Requested::Pgid)
-            || !cfg!(target_os = "linux")
-        {
+        let guardian = if !self.wants_guardian(guard) {
             None
         } else {
             match Guardian::spawn() {
@@ -265,6 +262,15 @@ impl ContainArgs {
             limits: self.limits.limits(),
             sandbox: self.sandbox,
         }
+    }
+}
+
+impl ContainArgs {
+    /// Whether [`ContainArgs::opts`] starts a guardian (`main` forks it early when so).
+    pub fn wants_guardian(&self, guard: &GuardArgs) -> bool {
+        !(guard.no_guardian
+            || matches!(self.containment, Requested::Subreaper | Requested::Pgid)
+            || !cfg!(target_os = "linux"))
     }
 }
 

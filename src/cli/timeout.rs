@@ -53,6 +53,12 @@ pub fn main(name: &str, args: Vec<OsString>) -> u8 {
     }
 }
 
+/// Whether `args` (after the program's name) run a command that wants a guardian: `main` forks
+/// it before anything else when so.
+pub fn wants_guardian(args: &[OsString]) -> bool {
+    matches!(parse_args("timeout", args), Ok(Parsed::Run(a)) if a.contain.wants_guardian(&a.guard))
+}
+
 enum Parsed {
     Run(Box<RunArgs>),
     Help,

@@ -41,6 +41,17 @@ impl SubreaperBackend {
     pub fn exclude(&mut self, pid: i32, starttime: u64) {
         self.exclude.push((pid, starttime));
     }
+
+    /// Whether reaper has a live child outside `exclude`: the same answer as
+    /// `!members().is_empty()` at the cost of reaper's children alone, not of the whole tree.
+    /// Every descendant has a chain of live parents up to reaper (a zombie has no children: they
+    /// were reparented to reaper when it exited), so the tree is empty exactly when no live
+    /// direct child is left that is not excluded.
+    fn has_live_child(&self) -> bool {
+        procfs::children(self.self_pid).into_iter().any(|c| {
+            procfs::stat(c).is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&(c, s.starttime)))
+        })
+    }
 }
 
 impl Containment for SubreaperBackend {
@@ -73,6 +84,11 @@ impl Containment for SubreaperBackend {
             .collect()
     }
 
+    /// Reaper's own children only (see `has_live_child`), not a walk of the whole tree.
+    fn is_empty(&self) -> bool {
+        !self.has_live_child()
+    }
+
     fn signal_all(&self, sig: Signal) -> Vec<Member> {
         super::signal_each(self.members(), sig)
     }
@@ -80,7 +96,7 @@ impl Containment for SubreaperBackend {
     /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
     /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
     fn kill_all(&self) -> Vec<Member> {
-        let killed = super::sweep::stop(|_| self.members()).kill();
+        let killed = super::sweep::stop_subtree(self.self_pid, &self.exclude).kill();
         reap::reap_orphans();
         killed
     }
@@ -88,7 +104,7 @@ impl Containment for SubreaperBackend {
     async fn wait_empty(&mut self, deadline: Instant) -> bool {
         loop {
             reap::reap_orphans();
-            if self.members().is_empty() {
+            if !self.has_live_child() {
                 return true;
             }
             if Instant::now() >= deadline {

@@ -42,6 +42,82 @@ pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Member>) -> Stopped {
     Stopped(held)
 }
 
+/// The sweep of a whole subtree of reaper's, reading each process once: a process is stopped
+/// before its children are listed, and once SIGSTOP is pending `copy_process` fails (with
+/// ERESTARTNOINTR, on every thread of the target) unless the child is already on its parent's
+/// list, so that list is final. What a listing can still miss, and is looked for:
+/// - a sibling made with `CLONE_PARENT` by a child not yet stopped: each parent's list is read
+///   again after its children were stopped, until a read finds nobody new;
+/// - an orphan: a process that exits before it is stopped (or is killed by someone else) hands
+///   its children to reaper, the subreaper, so reaper's own children are looked at again after
+///   the walk, until a look finds nobody new.
+///
+/// `exclude` prunes the subtree of each `(pid, starttime)` (reaper's guardian); zombies are left
+/// out (their children were reparented when they exited). The same result as [`stop`] with a
+/// full walk as its look, which lists every process at least twice (to find it, then to confirm
+/// nothing new appeared) and reads each `stat` three times (two walks, [`Handle::open_checked`]).
+#[cfg(target_os = "linux")]
+pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
+    use reaper_platform::linux::procfs;
+    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    let mut held: Vec<(Member, Handle)> = Vec::new();
+    let mut stopped_pids: HashSet<i32> = HashSet::new();
+    // Stops each new process of `pids`; returns the ones it stopped.
+    let mut stop_new = |pids: Vec<i32>| -> Vec<i32> {
+        let mut stopped = Vec::new();
+        for pid in pids {
+            // Stopped by this sweep, so alive: its parent is stopped too (or is reaper, which
+            // reaps nothing meanwhile), so nothing can have reaped it and reused its pid.
+            if stopped_pids.contains(&pid) {
+                continue;
+            }
+            let Some(p) = reaper_platform::Pid::from_raw(pid) else {
+                continue;
+            };
+            // The pidfd first, then `stat`: if the pid was reused in between, the pidfd names
+            // the process that has exited, and the STOP below fails on it.
+            let Ok(fd) = Handle::open(p) else {
+                continue;
+            };
+            let Ok(st) = procfs::stat(pid) else {
+                continue;
+            };
+            let id = (pid, st.starttime);
+            if st.is_dead() || exclude.contains(&id) || seen.contains(&id) {
+                continue;
+            }
+            if matches!(
+                signal::to_handle(&fd, Signal::STOP),
+                Ok(signal::Delivery::Sent)
+            ) {
+                seen.insert(id);
+                stopped_pids.insert(pid);
+                stopped.push(pid);
+                held.push((Member::from(st), fd));
+            }
+        }
+        stopped
+    };
+    let mut parents = vec![root];
+    for _ in 0..MAX_STOP_ROUNDS {
+        while let Some(parent) = parents.pop() {
+            for _ in 0..MAX_STOP_ROUNDS {
+                let found = stop_new(procfs::children(parent));
+                if found.is_empty() {
+                    break;
+                }
+                parents.extend(found);
+            }
+        }
+        let orphans = stop_new(procfs::children(root));
+        if orphans.is_empty() {
+            break;
+        }
+        parents.extend(orphans);
+    }
+    Stopped(held)
+}
+
 impl Stopped {
     /// SIGKILLs every stopped process through its handle; returns them.
     pub(crate) fn kill(self) -> Vec<Member> {

@@ -408,8 +408,13 @@ const CD_CHECK_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `check_more` stats the `cd` directory, which blocks on a hung network mount: it runs on a
 /// blocking thread with a limit, never on the runtime thread that every call, timeout and the
-/// shutdown share.
+/// shutdown share. Without a `cd` to stat it only looks at strings, and runs inline: the hop to
+/// a blocking thread and back was two wake-ups per call, a measurable part of a short call on a
+/// busy machine (docs/BENCHMARKS.md).
 async fn check_more_off_thread(p: params::Params, cd_used: bool) -> Result<params::Params, String> {
+    if !cd_used || p.cd.as_deref().is_none_or(str::is_empty) {
+        return params::check_more(&p, cd_used).map(|()| p);
+    }
     // Moved there and back rather than cloned: the prompt may be megabytes.
     let check = tokio::task::spawn_blocking(move || params::check_more(&p, cd_used).map(|()| p));
     match tokio::time::timeout(CD_CHECK_LIMIT, check).await {
