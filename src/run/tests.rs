@@ -61,6 +61,14 @@ async fn wait_members(run: &Run, n: usize) {
 /// tries and one with a child `killed=1`. Every process alive when the stop began counts.
 #[tokio::test(flavor = "current_thread")]
 async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
+    // The leaders must die of SIGINT, as codex does. A test run started in the background of a
+    // non-interactive shell inherits SIGINT ignored, and so would every leader (exec keeps an
+    // ignored signal ignored): each try would then wait out its whole grace (150 s in all).
+    // SAFETY: SIG_DFL is the disposition the harness itself starts with; no handler runs, and
+    // nothing in this binary relies on SIGINT being ignored.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_DFL);
+    }
     // A leader that dies of SIGINT at once: codex that "just hangs".
     for i in 0..30 {
         let Some(mut run) = start(&["sleep", "600"]).await else {
