@@ -70,10 +70,10 @@ pub fn discover() -> Result<CgroupEnv, Error> {
 
 /// The cgroup2 mount and whether cgroup v1 is mounted too, read from /proc/self/mountinfo once
 /// per process (the first successful read is kept; a failure is read again next time). reaper
-/// never leaves its mount namespace (only a sandboxed leader unshares one, after its fork), and
-/// the cgroup file systems of a namespace are mounted before anything runs in it: this is what
-/// does not change for reaper's life, unlike its own cgroup (see [`discover`]). An `mcp` server
-/// read it for every call: 8 reads of a growing buffer.
+/// never leaves its mount namespace (only a sandboxed leader unshares one, after its fork), so
+/// the mount point is taken to stay for reaper's life (a cgroup2 file system mounted or moved
+/// later is seen by the next reaper), unlike reaper's own cgroup, which is read every time (see
+/// [`discover`]). An `mcp` server read it for every call: 8 reads of a growing buffer.
 fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
     static MOUNTS: OnceLock<(Cgroup2Mount, bool)> = OnceLock::new();
     if let Some(m) = MOUNTS.get() {
