@@ -9,6 +9,7 @@
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::cgroupfs;
@@ -33,20 +34,17 @@ pub struct CgroupEnv {
 
 /// Finds the cgroup2 mount and reaper's cgroup in it.
 pub fn discover() -> Result<CgroupEnv, Error> {
-    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
-        Error::io("cannot read /proc/self/mountinfo", &e).on("/proc/self/mountinfo")
-    })?;
-    let mount = mountinfo::find_cgroup2_mount(&mi).ok_or_else(|| {
-        "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)".to_owned()
-    })?;
-    let pc = std::fs::read_to_string("/proc/self/cgroup")
+    let (mount, hybrid) = mounts()?;
+    // Read at every discovery: reaper's own cgroup can change under it (systemd delegation
+    // moves it into a scope; anyone with the right may move it). One read for the usual size.
+    let pc = read_small("/proc/self/cgroup")
         .map_err(|e| Error::io("cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup"))?;
     let mut own_path = mountinfo::unified_cgroup_path(&pc)
         .ok_or_else(|| "/proc/self/cgroup has no cgroup v2 (0::) line".to_owned())?;
     // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
     // enabling controllers, is still the one above (else every later run would nest a level
     // deeper, inside a cgroup that holds reaper).
-    if let Ok((pid, start)) = procfs::self_identity() {
+    if let Ok((pid, start)) = own_identity() {
         let leaf = format!("/{}", supervisor_name(pid, start));
         if let Some(parent) = own_path.strip_suffix(&leaf) {
             own_path = if parent.is_empty() {
@@ -63,11 +61,61 @@ pub fn discover() -> Result<CgroupEnv, Error> {
         )
     })?;
     Ok(CgroupEnv {
-        hybrid: mountinfo::has_cgroup_v1(&mi),
+        hybrid,
         mount,
         own_path,
         own_dir,
     })
+}
+
+/// The cgroup2 mount and whether cgroup v1 is mounted too, read from /proc/self/mountinfo once
+/// per process (the first successful read is kept; a failure is read again next time). reaper
+/// never leaves its mount namespace (only a sandboxed leader unshares one, after its fork), so
+/// the mount point is taken to stay for reaper's life (a cgroup2 file system mounted or moved
+/// later is seen by the next reaper), unlike reaper's own cgroup, which is read every time (see
+/// [`discover`]). An `mcp` server read it for every call: 8 reads of a growing buffer.
+fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
+    static MOUNTS: OnceLock<(Cgroup2Mount, bool)> = OnceLock::new();
+    if let Some(m) = MOUNTS.get() {
+        return Ok(m.clone());
+    }
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
+        Error::io("cannot read /proc/self/mountinfo", &e).on("/proc/self/mountinfo")
+    })?;
+    let mount = mountinfo::find_cgroup2_mount(&mi).ok_or_else(|| {
+        "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)".to_owned()
+    })?;
+    let found = (mount, mountinfo::has_cgroup_v1(&mi));
+    // Another thread may have set it meanwhile: the same file, the same answer.
+    let _ = MOUNTS.set(found.clone());
+    Ok(found)
+}
+
+/// reaper's pid and start time, read from /proc/self/stat once: neither changes for a
+/// process's life. Kept with the pid it was read for, so a forked child (the guardian) that
+/// inherited the cell reads its own.
+fn own_identity() -> std::io::Result<(i32, u64)> {
+    static ME: OnceLock<(i32, u64)> = OnceLock::new();
+    let pid = rustix::process::getpid().as_raw_nonzero().get();
+    match ME.get() {
+        Some(&(p, start)) if p == pid => Ok((p, start)),
+        _ => {
+            let me = procfs::self_identity()?;
+            if me.0 == pid {
+                let _ = ME.set(me);
+            }
+            Ok(me)
+        }
+    }
+}
+
+/// A small /proc file whole, in one read when it fits 4 KiB (`read_to_string` starts at 32
+/// bytes and grows, a read each time).
+fn read_small(path: &str) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut s = String::with_capacity(4096);
+    std::fs::File::open(path)?.read_to_string(&mut s)?;
+    Ok(s)
 }
 
 /// Where run cgroups are created: a directory and its path in the hierarchy.

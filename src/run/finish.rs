@@ -38,7 +38,15 @@ impl Run {
             let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
         }
         reap::reap_orphans();
-        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
+        // One look at the end, not two: when the stop's last look found the tree empty and
+        // that look is exact, nothing can have come back (an empty cgroup with no live escapee
+        // has nobody left to fork). Otherwise (a backend that reads /proc, or a stop that gave
+        // up) the survivors are looked for here, escapees included.
+        let survivors: Vec<String> = if self.emptied {
+            Vec::new()
+        } else {
+            self.backend.members().iter().map(Member::label).collect()
+        };
         // Read before the cgroup is removed with them.
         let usage = self.usage();
         let mut error = None;

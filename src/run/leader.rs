@@ -1,7 +1,7 @@
 //! The leader: watched through its handle (a pidfd on Linux), reaped, its terminal handed over
 //! and taken back, a job-control stop passed on to reaper's own job.
 
-use reaper_platform::process::Handle;
+use reaper_platform::process::{ExitWatch, Handle};
 use reaper_platform::terminal::Foreground;
 use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::Signal as SignalStream;
@@ -17,6 +17,12 @@ pub(super) struct Leader {
     pub(super) status: Option<ExitStatus>,
     pub(super) gone: bool,
     pub(super) at: Option<Instant>,
+    /// The exit's one registration with the reactor, made at the first wait and kept: the
+    /// supervisor's step is re-entered on every turn of a face's `select!` (each read of
+    /// codex's output), and a fresh registration each time cost a dup, two `epoll_ctl` and a
+    /// close per turn. `None` until then, or if it could not be made (then each wait
+    /// registers afresh, as before).
+    pub(super) watch: Option<ExitWatch>,
     pub(super) sigchld: Option<SignalStream>,
     /// The terminal, when the leader's new process group was made its foreground group.
     pub(super) terminal: Option<Foreground>,
@@ -71,8 +77,21 @@ impl Leader {
                     None => std::future::pending().await,
                 }
             };
+            if self.watch.is_none() {
+                match self.handle.exit_watch() {
+                    Ok(w) => self.watch = Some(w),
+                    Err(e) => tracing::debug!("cannot keep a watch on the leader's exit: {e}"),
+                }
+            }
+            let (watch, handle) = (&self.watch, &self.handle);
+            let exited = async move {
+                match watch {
+                    Some(w) => w.exited().await,
+                    None => handle.exited().await,
+                }
+            };
             tokio::select! {
-                _ = self.handle.exited() => {}
+                _ = exited => {}
                 _ = sigchld => { reap::reap_orphans(); }
             }
             self.pass_on_stop();

@@ -127,20 +127,22 @@ impl Run {
         // reaper's own signals may stop the leader (SIGSTOP sweeps, `--signal TSTP`): not a
         // job-control stop to pass on.
         self.leader.job_control = false;
+        self.emptied = false;
         // The common end: the leader exited and left nothing. Only the cgroup's `populated`
         // is atomic; a look at /proc can miss a process reparented to reaper while it reads,
         // so those backends need a second look (after reaping) to agree. Still far fewer than
         // the stop sequence's: the pgid backend's looks read the whole process table.
-        if self.leader.gone
-            && self.backend.is_empty()
-            && (self.backend.capabilities().exact_emptiness || {
+        if self.leader.gone && self.backend.is_empty() {
+            let exact = self.backend.capabilities().exact_emptiness;
+            if exact || {
                 reap::reap_orphans();
                 self.backend.is_empty()
-            })
-        {
-            reap::reap_orphans();
-            self.sink.emit(Event::TreeEmpty);
-            return;
+            } {
+                reap::reap_orphans();
+                self.emptied = exact;
+                self.sink.emit(Event::TreeEmpty);
+                return;
+            }
         }
         if !grace.is_zero() && first != Some(Signal::KILL) {
             if let Some(first) = first {
@@ -191,6 +193,7 @@ impl Run {
         reap::reap_orphans();
         self.leader.poll();
         if self.backend.is_empty() {
+            self.emptied = self.backend.capabilities().exact_emptiness;
             self.sink.emit(Event::TreeEmpty);
         }
     }

@@ -50,6 +50,11 @@ impl Pidfd {
         Ok(())
     }
 
+    /// One registration of the pidfd's readiness for many waits (see [`crate::process::ExitWatch`]).
+    pub fn exit_watch(&self) -> std::io::Result<crate::process::ExitWatch> {
+        crate::process::ExitWatch::new(Some(self.fd.try_clone()?))
+    }
+
     /// Whether the process has exited (non-blocking poll of the pidfd).
     pub fn has_exited(&self) -> bool {
         use rustix::event::{poll, PollFd, PollFlags};

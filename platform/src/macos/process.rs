@@ -71,6 +71,14 @@ impl Handle {
         Ok(())
     }
 
+    /// One kqueue watch for many waits (see [`crate::process::ExitWatch`]).
+    pub fn exit_watch(&self) -> io::Result<crate::process::ExitWatch> {
+        if !self.is_current() {
+            return crate::process::ExitWatch::new(None);
+        }
+        crate::process::ExitWatch::new(watch_exit(self.pid)?)
+    }
+
     /// Whether the process has exited (or its pid names another process now).
     pub fn has_exited(&self) -> bool {
         !self.is_current()
