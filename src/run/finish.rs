@@ -38,15 +38,10 @@ impl Run {
             let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
         }
         reap::reap_orphans();
-        // One look at the end, not two: when the stop's last look found the tree empty and
-        // that look is exact, nothing can have come back (an empty cgroup with no live escapee
-        // has nobody left to fork). Otherwise (a backend that reads /proc, or a stop that gave
-        // up) the survivors are looked for here, escapees included.
-        let survivors: Vec<String> = if self.emptied {
-            Vec::new()
-        } else {
-            self.backend.members().iter().map(Member::label).collect()
-        };
+        // A second look, even after an exact empty stop: `populated` drops when the last
+        // member passes cgroup_exit, a moment before its exit hands a child that had left the
+        // cgroup to reaper (exit_notify). This later look, after reaping, can still see it.
+        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
         // Read before the cgroup is removed with them.
         let usage = self.usage();
         let mut error = None;

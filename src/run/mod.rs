@@ -63,10 +63,6 @@ pub struct Run {
     /// after. A pid is not reused within one teardown: the killed processes are ours to reap,
     /// or PID 1's, and the tree forks no more.
     stopped: HashSet<i32>,
-    /// The stop's last look found the tree empty, and the backend's emptiness is exact (the
-    /// cgroup's `populated`, and reaper's children for escapees): nothing of the run is left to
-    /// fork, so `finish` need not look for survivors again.
-    emptied: bool,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,
     /// The fallback warning, if `auto` fell back.

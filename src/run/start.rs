@@ -115,7 +115,6 @@ impl Run {
             started: Instant::now(),
             stop_at: None,
             stopped: HashSet::new(),
-            emptied: false,
             ended: false,
             warning,
             guardian,

@@ -127,7 +127,6 @@ impl Run {
         // reaper's own signals may stop the leader (SIGSTOP sweeps, `--signal TSTP`): not a
         // job-control stop to pass on.
         self.leader.job_control = false;
-        self.emptied = false;
         // The common end: the leader exited and left nothing. Only the cgroup's `populated`
         // is atomic; a look at /proc can miss a process reparented to reaper while it reads,
         // so those backends need a second look (after reaping) to agree. Still far fewer than
@@ -139,7 +138,6 @@ impl Run {
                 self.backend.is_empty()
             } {
                 reap::reap_orphans();
-                self.emptied = exact;
                 self.sink.emit(Event::TreeEmpty);
                 return;
             }
@@ -193,7 +191,6 @@ impl Run {
         reap::reap_orphans();
         self.leader.poll();
         if self.backend.is_empty() {
-            self.emptied = self.backend.capabilities().exact_emptiness;
             self.sink.emit(Event::TreeEmpty);
         }
     }
