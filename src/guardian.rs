@@ -95,26 +95,23 @@ struct SelfStat {
     /// Fields 48 and 49: the argument block the kernel shows as `/proc/PID/cmdline`.
     arg_start: usize,
     arg_end: usize,
+    /// Fields 50 and 51: the environment block, which the kernel places right after it.
+    env_start: usize,
+    env_end: usize,
 }
 
 fn self_stat() -> Option<SelfStat> {
     let text = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let close = text.rfind(')')?;
-    let pid = text[..text.find('(')?].trim().parse().ok()?;
-    // Field 3 (state) is the first after the comm.
-    let field = |n: usize| -> Option<u64> {
-        text[close + 1..]
-            .split_whitespace()
-            .nth(n - 3)?
-            .parse()
-            .ok()
-    };
+    let st = procfs::parse_stat(&text)?;
+    let field = |n| usize::try_from(procfs::stat_field(&text, n)?).ok();
     Some(SelfStat {
-        pid,
-        starttime: field(22)?,
-        threads: field(20)?,
-        arg_start: usize::try_from(field(48)?).ok()?,
-        arg_end: usize::try_from(field(49)?).ok()?,
+        pid: st.pid,
+        starttime: st.starttime,
+        threads: procfs::stat_field(&text, 20)?,
+        arg_start: field(48)?,
+        arg_end: field(49)?,
+        env_start: field(50)?,
+        env_end: field(51)?,
     })
 }
 
@@ -246,8 +243,11 @@ fn close_all_above_stderr() {
 
 /// Makes `/proc/self/cmdline` read `reaper guardian PID START`: in place when reaper's own
 /// argument block is long enough (the rest zeroed, so the kernel still reads the block as
-/// NUL-separated arguments), else by pointing the kernel at a copy (`PR_SET_MM`, which needs
-/// CAP_SYS_RESOURCE). False when neither works.
+/// NUL-separated arguments); else, as setproctitle(3) does, as one string written over the
+/// argument block and on into the environment block that follows it (the kernel reads past the
+/// argument block when its last byte is not NUL: `get_mm_cmdline`; the guardian reads no
+/// environment variable, so nothing needs what it overwrites); else by pointing the kernel at a
+/// copy (`PR_SET_MM`, which needs CAP_SYS_RESOURCE). False when none works.
 fn retitle(me: &SelfStat) -> bool {
     let title = title(me.pid, me.starttime);
     let len = me.arg_end.saturating_sub(me.arg_start);
@@ -259,6 +259,32 @@ fn retitle(me: &SelfStat) -> bool {
             let block = std::slice::from_raw_parts_mut(me.arg_start as *mut u8, len);
             block[..title.len()].copy_from_slice(&title);
             block[title.len()..].fill(0);
+        }
+        return true;
+    }
+    // The same words with spaces, one string ending in its NUL. Longer than the argument
+    // block (which is shorter than `title`, of the same length), so the block's last byte is
+    // one of the words', not a NUL: the kernel then shows the string.
+    let spaced: Vec<u8> = title
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| {
+            if b == 0 && i + 1 < title.len() {
+                b' '
+            } else {
+                b
+            }
+        })
+        .collect();
+    let both = me.env_end.saturating_sub(me.arg_start);
+    if me.arg_start != 0 && me.env_start == me.arg_end && both >= spaced.len() {
+        // SAFETY: the argument and environment blocks are contiguous here (checked), both
+        // copied onto this process's stack at exec: mapped and writable for the process's life.
+        // One thread; `environ` keeps only pointers into the block, which then read as empty.
+        unsafe {
+            let block = std::slice::from_raw_parts_mut(me.arg_start as *mut u8, both);
+            block[..spaced.len()].copy_from_slice(&spaced);
+            block[spaced.len()..].fill(0);
         }
         return true;
     }

@@ -31,25 +31,6 @@ async fn start_logged(args: &[&str], log: &Path) -> Server {
     .await
 }
 
-/// The guardian of reaper `pid`: its child running `reaper guardian PID START`.
-fn guardian_of(pid: i32) -> Option<(i32, u64)> {
-    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
-    for t in tasks.flatten() {
-        let children = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-        for c in children
-            .split_whitespace()
-            .filter_map(|c| c.parse::<i32>().ok())
-        {
-            let cmd = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
-            let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-            if args.len() >= 3 && args[1] == b"guardian" && args[2] == pid.to_string().as_bytes() {
-                return common::stat(c).map(|(_, st)| (c, st));
-            }
-        }
-    }
-    None
-}
-
 /// A process this test stopped with SIGSTOP; continued when dropped, whatever the test's fate,
 /// so a failing test never leaves a stopped guardian behind.
 struct Stopped(OwnedFd);
@@ -119,7 +100,7 @@ async fn a_stopped_guardian_never_stops_the_server() {
     .await;
     let server_pid = s.pid();
     let server_cgroup = mcp_support::cgroup_of(server_pid).unwrap_or_default();
-    let (gpid, gstart) = guardian_of(server_pid).expect("reaper mcp runs a guardian");
+    let (gpid, gstart) = common::guardian_of(server_pid).expect("reaper mcp runs a guardian");
     let guardian = Stopped::stop(gpid, gstart);
 
     let peer = Arc::new(s.client.peer().clone());
@@ -337,7 +318,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
     .await;
     let server_pid = s.pid();
     let server_start = common::stat(server_pid).expect("server's stat").1;
-    let (gpid, gstart) = guardian_of(server_pid).expect("reaper mcp runs a guardian");
+    let (gpid, gstart) = common::guardian_of(server_pid).expect("reaper mcp runs a guardian");
     let mut calls = Vec::new();
     for i in 0..3 {
         calls.push(

@@ -11,21 +11,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use rustix::process::Signal;
 
-/// The guardian of reaper `pid`, found by its command line (`reaper guardian PID START`).
-fn guardian_of(pid: u32) -> Option<(i32, u64)> {
-    for e in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
-        let args: Vec<&[u8]> = cmd.split(|&b| b == 0).collect();
-        if args.len() >= 3 && args[1] == b"guardian" && args[2] == pid.to_string().as_bytes() {
-            return stat(p).map(|(_, st)| (p, st));
-        }
-    }
-    None
-}
-
 /// The first `--events` line of a reaper started with stderr piped (the `spawned` event).
 fn first_event(child: &mut std::process::Child) -> serde_json::Value {
     let mut first = String::new();
@@ -84,8 +69,62 @@ fn sigkill_to_reapers_process_group_still_kills_the_tree() {
     t.wait_ready(Duration::from_secs(10));
     let spawned = first_event(&mut child);
     let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
-    let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
+    let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
     // What an MCP client does to its stdio server: SIGKILL the whole process group.
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
+    let _ = child.wait();
+    assert!(
+        wait_until(Duration::from_secs(5), || t.all_dead()),
+        "survivors: {:?}",
+        t.survivors()
+    );
+    t.assert_all_dead("reaper's group SIGKILLed");
+    assert!(
+        wait_until(Duration::from_secs(5), || !cgroup.exists()),
+        "cgroup {} left behind",
+        cgroup.display()
+    );
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(gpid, gstart)),
+        "the guardian outlived the run"
+    );
+}
+
+/// issue 16 (the guardian forked, not exec'd): a reaper whose command line is too short to
+/// carry `reaper guardian PID START` (typed as `reaper run -- sh` from PATH) still forks its
+/// guardian rather than exec'ing it — the name then spans the argument and environment blocks
+/// as one string, which only the forked guardian writes — and that guardian still kills the
+/// tree and removes the cgroup when reaper's whole process group is SIGKILLed.
+#[test]
+fn a_guardian_forked_under_a_short_command_line_still_cleans_up() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let t = Tree::new();
+    // `r run --events -- sh`: 24 bytes of arguments, the fixture's command line on sh's stdin.
+    let mut cmd = reaper();
+    cmd.arg0("r")
+        .args(["run", "--events", "--", "sh"])
+        .process_group(0)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let script = format!("exec {}\n", t.fixture(&["setsid-grandchild"]).join(" "));
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(script.as_bytes()).unwrap();
+    drop(stdin);
+    t.wait_ready(Duration::from_secs(10));
+    let spawned = first_event(&mut child);
+    let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
+    let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
+    let cmdline = std::fs::read(format!("/proc/{gpid}/cmdline")).unwrap();
+    let start = stat(child.id() as i32).expect("reaper runs").1;
+    assert_eq!(
+        String::from_utf8_lossy(&cmdline),
+        format!("reaper guardian {} {start}\0", child.id()),
+        "the forked guardian's one-string name (an exec'd one has NUL-separated arguments)"
+    );
     let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
     let _ = child.wait();
@@ -351,7 +390,7 @@ fn stop_signals_meant_for_the_tree_do_not_end_the_guardian() {
     t.wait_ready(Duration::from_secs(10));
     let spawned = first_event(&mut child);
     let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
-    let (gpid, gstart) = guardian_of(child.id()).expect("a guardian runs beside reaper");
+    let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
     let guardian = pidfd_checked(gpid, gstart).expect("the guardian is alive");
     for sig in [
         Signal::TERM,

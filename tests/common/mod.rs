@@ -318,6 +318,26 @@ pub fn stat(pid: i32) -> Option<(char, u64)> {
     procfs::stat(pid).ok().map(|s| (s.state, s.starttime))
 }
 
+/// The guardian of reaper `pid`, found by its command line `reaper guardian PID START`: as an
+/// exec gives it (NUL-separated arguments), or as the forked guardian writes it over a command
+/// line too short for that (one string: see src/guardian.rs `retitle`).
+#[allow(dead_code)] // not every test binary looks for a guardian
+pub fn guardian_of(pid: i32) -> Option<(i32, u64)> {
+    let want = pid.to_string();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(p) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        let args: Vec<&str> = cmd.split(['\0', ' ']).filter(|a| !a.is_empty()).collect();
+        if args.len() >= 3 && args[1] == "guardian" && args[2] == want {
+            return stat(p).map(|(_, st)| (p, st));
+        }
+    }
+    None
+}
+
 pub fn state(pid: i32) -> Option<char> {
     stat(pid).map(|s| s.0)
 }

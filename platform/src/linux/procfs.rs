@@ -11,14 +11,19 @@ use rustix::process::Pid;
 /// The fields of `/proc/PID/stat` reaper uses (proc(5)), in the portable shape.
 pub use crate::process::ProcStat;
 
-/// Parses `/proc/PID/stat`. `comm` is the text between the first `(` and the *last* `)`: a
-/// process can name itself `a) R 1 (b`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+/// Splits a `/proc/PID/stat` line: the pid, the comm (the text between the first `(` and the
+/// *last* `)`: a process can name itself `a) R 1 (b`), and the fields after it (field 3 first).
+fn split_stat(text: &str) -> Option<(i32, &str, std::str::SplitWhitespace<'_>)> {
     let open = text.find('(')?;
     let close = text.rfind(')')?;
     let pid = text[..open].trim().parse().ok()?;
-    let comm = text.get(open + 1..close)?.to_owned();
-    let mut rest = text.get(close + 1..)?.split_whitespace();
+    let comm = text.get(open + 1..close)?;
+    Some((pid, comm, text.get(close + 1..)?.split_whitespace()))
+}
+
+/// Parses `/proc/PID/stat`.
+pub fn parse_stat(text: &str) -> Option<ProcStat> {
+    let (pid, comm, mut rest) = split_stat(text)?;
     let state = rest.next()?.chars().next()?;
     let ppid = rest.next()?.parse().ok()?;
     let pgid = rest.next()?.parse().ok()?;
@@ -27,13 +32,19 @@ pub fn parse_stat(text: &str) -> Option<ProcStat> {
     let starttime = rest.nth(15)?.parse().ok()?;
     Some(ProcStat {
         pid,
-        comm,
+        comm: comm.to_owned(),
         state,
         ppid,
         pgid,
         sid,
         starttime,
     })
+}
+
+/// Field `n` of a `/proc/PID/stat` line as a number, in proc(5)'s numbering (3 is the state,
+/// the first field after the comm), for the fields [`ProcStat`] does not carry.
+pub fn stat_field(text: &str, n: usize) -> Option<u64> {
+    split_stat(text)?.2.nth(n.checked_sub(3)?)?.parse().ok()
 }
 
 /// `/proc/PID/stat` of one process (`pid` as this process numbers it, also under a foreign
