@@ -509,6 +509,7 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     };
     rt.block_on(async {
         let mut failed = false;
+        let (runs, _claims) = claimed(runs, reaper.as_ref()).await;
         if !runs.is_empty() {
             failed |= take_over(&runs, true).await;
         }
@@ -517,10 +518,57 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             if let Some(r) = &reaper {
                 let _ = r.exited().await;
             }
+            let (leaves, _claims) = claimed(leaves, None).await;
             failed |= take_over(&leaves, false).await;
         }
         u8::from(failed)
     })
+}
+
+/// The cgroups whose owner lock the guardian can take, with the locks (held until they are
+/// removed, as the stale sweep holds its claims). A name proves less than it seems: a reaper in
+/// another PID namespace can have this reaper's pid and start time (two PID 1s started in the
+/// same clock tick), and so its names; its cgroups stay locked while it lives and are never
+/// touched. A lock still held may also be reaper's own, in the moment between its pipe's EOF
+/// and the end of its exit: those are tried again once `reaper` has exited. A cgroup that
+/// cannot be locked for another reason (an error) is still taken over: it is named after this
+/// reaper and nobody holds it.
+async fn claimed(cgroups: Vec<PathBuf>, reaper: Option<&Pidfd>) -> (Vec<PathBuf>, Vec<OwnedFd>) {
+    let mut locks = Vec::new();
+    let mut mine = Vec::new();
+    let mut held = Vec::new();
+    let mut claim =
+        |path: PathBuf, held: &mut Vec<PathBuf>| match Cgroup::at(&path).try_lock_owner() {
+            Ok(Some(lock)) => {
+                locks.push(lock);
+                mine.push(path);
+            }
+            Ok(None) => held.push(path),
+            Err(e) => {
+                tracing::debug!("cannot lock {}: {e}; taking it over", path.display());
+                mine.push(path);
+            }
+        };
+    for path in cgroups {
+        claim(path, &mut held);
+    }
+    if !held.is_empty() {
+        if let Some(r) = reaper {
+            let _ = r.exited().await;
+            let mut still = Vec::new();
+            for path in std::mem::take(&mut held) {
+                claim(path, &mut still);
+            }
+            held = still;
+        }
+    }
+    for path in held {
+        tracing::debug!(
+            "{} is held by another owner (a live reaper of the same name): left alone",
+            path.display()
+        );
+    }
+    (mine, locks)
 }
 
 /// The directories reaper named, read from stdin until EOF, or until reaper has been dead for

@@ -145,6 +145,63 @@ fn a_guardian_forked_under_a_short_command_line_still_cleans_up() {
     );
 }
 
+/// A reaper in another PID namespace can have this reaper's pid and start time (two PID 1s
+/// started in the same clock tick) and so name its cgroups exactly as this reaper would. When
+/// this reaper is SIGKILLed, its guardian must take over only the cgroups nobody holds: the
+/// other reaper's stay locked by their live owner and are never touched. Here the test stands
+/// in for that reaper: it makes `reaper-PID-START-999` under the same parent, locks it, and
+/// puts a process of its own in it. (Before the guardian checked the owner lock, it killed that
+/// process with its own run's tree.)
+#[test]
+fn the_guardian_leaves_a_same_named_cgroup_another_owner_holds() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let parent = mount.join(format!("reaper-test-samename-{}", std::process::id()));
+    std::fs::create_dir(&parent).unwrap();
+    let mut child = reaper()
+        .args(["run", "--events", "--cgroup-parent"])
+        .arg(&parent)
+        .args(["--", "sleep", "600"])
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let spawned = first_event(&mut child);
+    let run_cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
+    let start = stat(child.id() as i32).expect("reaper runs").1;
+    // The other owner's cgroup: same name pattern, locked, with a live process in it.
+    let theirs = parent.join(format!("reaper-{}-{start}-999", child.id()));
+    std::fs::create_dir(&theirs).unwrap();
+    let lock = std::fs::File::open(&theirs).unwrap();
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+    let mut bystander = Command::new("sleep").arg("600").spawn().unwrap();
+    std::fs::write(theirs.join("cgroup.procs"), bystander.id().to_string()).unwrap();
+    let (bpid, bstart) = (
+        bystander.id() as i32,
+        stat(bystander.id() as i32).unwrap().1,
+    );
+    let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
+    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
+    rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
+    let _ = child.wait();
+    let cleaned = wait_until(Duration::from_secs(5), || {
+        !run_cgroup.exists() && !alive(gpid, gstart)
+    });
+    let bystander_alive = alive(bpid, bstart) && theirs.exists();
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    drop(lock);
+    remove_test_cgroup(&parent);
+    assert!(cleaned, "the guardian did not clean up its own run");
+    assert!(
+        bystander_alive,
+        "the guardian killed a process in a cgroup another owner held"
+    );
+}
+
 #[test]
 fn the_guardian_exits_with_a_normal_run_and_is_in_the_report() {
     if !have(Need::Cgroup) {

@@ -282,7 +282,17 @@ fn create_owned(
     mut mkdir: impl FnMut(&Path, &str) -> cgroupfs::Result<Cgroup>,
 ) -> Result<(Cgroup, OwnedFd), Error> {
     for _ in 0..CLAIM_ATTEMPTS {
-        let cg = mkdir(dir, &next_name()).map_err(|e| Error::from(e).hint(RUN_DOCTOR))?;
+        let cg = match mkdir(dir, &next_name()) {
+            Ok(cg) => cg,
+            // Another reaper's: one in another PID namespace can have our pid and start time
+            // (two PID 1s started in the same clock tick), and so our names. Never ours to
+            // use; the next name is.
+            Err(e) if e.source.raw_os_error() == Some(libc::EEXIST) => {
+                tracing::debug!("{e}; creating another");
+                continue;
+            }
+            Err(e) => return Err(Error::from(e).hint(RUN_DOCTOR)),
+        };
         match cg.try_lock_owner() {
             Ok(Some(lock)) => return Ok((cg, lock)),
             // Claimed by a sweep (or already removed by one): not ours to touch any more.
@@ -514,6 +524,25 @@ mod tests {
                 && err.contains("not on the cgroup2 file system"),
             "{err}"
         );
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// Two reapers in different PID namespaces can share a pid and start time (two PID 1s
+    /// started in the same clock tick), and so the names of their cgroups: one made
+    /// `reaper-1-2-1` first. The other must move on to the next name, never fail the run nor
+    /// take the existing directory. (`pid1_fallback_line_names_the_pid_namespace` fell back to
+    /// the subreaper backend when two such tests started in one tick.)
+    #[test]
+    fn a_name_another_reaper_made_first_is_skipped() {
+        let tmp = std::env::temp_dir().join(format!("reaper-unit-exists-{}", std::process::id()));
+        std::fs::create_dir_all(tmp.join("reaper-1-2-1")).unwrap();
+        let mut seq = 0;
+        let next_name = || {
+            seq += 1;
+            format!("reaper-1-2-{seq}")
+        };
+        let (cg, _lock) = create_owned(&tmp, next_name, Cgroup::create).unwrap();
+        assert_eq!(cg.name(), "reaper-1-2-2");
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 
