@@ -504,7 +504,11 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     if runs.is_empty() && leaves.is_empty() {
         return 0;
     }
-    let Ok(rt) = crate::cli::runtime() else {
+    // Its own runtime (one thread, as reaper's): the guardian sits below the faces.
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
         return 1;
     };
     rt.block_on(async {

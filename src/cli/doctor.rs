@@ -190,7 +190,8 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
         }
     }
     container(&mut r);
-    r.sandbox.unprivileged_user_namespaces = unprivileged_userns();
+    r.sandbox.unprivileged_user_namespaces =
+        reaper_platform::linux::namespaces::unprivileged_userns();
     if r.sandbox.parts.is_empty() {
         let why = if r.cgroup_writable {
             "no: needs clone3(CLONE_INTO_CGROUP) to probe (--sandbox without =pid may still work)"
@@ -316,21 +317,6 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
         .map(|(&part, status)| SandboxPart { part, status })
         .collect();
     r
-}
-
-/// `/proc/sys/user/max_user_namespaces` above 0, and (Debian, Ubuntu) the
-/// `kernel/unprivileged_userns_clone` switch on where it exists.
-/// Also what `--sandbox` for a non-root user checks first.
-#[cfg(target_os = "linux")]
-pub(crate) fn unprivileged_userns() -> Option<bool> {
-    let read = |p: &str| {
-        std::fs::read_to_string(p)
-            .ok()
-            .and_then(|s| s.trim().parse::<u64>().ok())
-    };
-    let max = read("/proc/sys/user/max_user_namespaces")?;
-    let switch = read("/proc/sys/kernel/unprivileged_userns_clone").unwrap_or(1);
-    Some(max > 0 && switch != 0)
 }
 
 /// Signs of a container, what containment they leave, and what the user can change.

@@ -303,7 +303,9 @@ pub(super) fn spawn(
                 .map_err(|e| refused(format!("--sandbox: cannot prepare the sandbox: {e}")))?;
             // A non-root user's sandbox lives in a user namespace of its own: where the kernel
             // forbids unprivileged ones, say so by name rather than fail on a later step.
-            if plan.user_namespace() && crate::cli::doctor::unprivileged_userns() == Some(false) {
+            if plan.user_namespace()
+                && reaper_platform::linux::namespaces::unprivileged_userns() == Some(false)
+            {
                 return Err(refused(
                     "--sandbox as a non-root user needs an unprivileged user namespace, which \
                      this machine disables (user.max_user_namespaces is 0 or \

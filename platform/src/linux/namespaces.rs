@@ -38,3 +38,17 @@ pub fn read_only(path: &Path) -> std::io::Result<bool> {
     let st = rustix::fs::statvfs(path)?;
     Ok(st.f_flag.contains(rustix::fs::StatVfsMountFlags::RDONLY))
 }
+
+/// Whether an unprivileged user may create user namespaces: `/proc/sys/user/max_user_namespaces`
+/// above 0, and (Debian, Ubuntu) the `kernel/unprivileged_userns_clone` switch on where it
+/// exists. `None`: unknown (`/proc/sys` unreadable).
+pub fn unprivileged_userns() -> Option<bool> {
+    let read = |p: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    let max = read("/proc/sys/user/max_user_namespaces")?;
+    let switch = read("/proc/sys/kernel/unprivileged_userns_clone").unwrap_or(1);
+    Some(max > 0 && switch != 0)
+}
