@@ -41,6 +41,7 @@ if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_w
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
 if command -v script >/dev/null 2>&1; then require+=(script); fi
 if command -v python3 >/dev/null 2>&1; then require+=(python3); fi
+if command -v tini >/dev/null 2>&1; then require+=(tini); fi
 if [ "$(id -u)" = 0 ]; then require+=(root); fi
 if [ -x "${REAPER_REAL_CODEX:-$HOME/.cache/reaper-ci/codex/node_modules/.bin/codex}" ]; then require+=(codex); fi
 export REAPER_REQUIRE="${require[*]}"

@@ -14,27 +14,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use rustix::process::Signal;
 
-/// Says `skipped: TEST: WHY` as `have` does (and appends it to `$REAPER_TEST_SKIPS`, so
-/// ci/test.sh lists it by name), for what `Need` does not cover.
-fn skipped(why: &str) {
-    let thread = std::thread::current();
-    let line = format!(
-        "skipped: {}: {why}",
-        thread.name().unwrap_or("(unnamed test)")
-    );
-    eprintln!("{line}");
-    if let Some(path) = std::env::var_os("REAPER_TEST_SKIPS") {
-        use std::io::Write as _;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-        {
-            let _ = writeln!(f, "{line}");
-        }
-    }
-}
-
 fn wait_until(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;
     while Instant::now() < deadline {
@@ -267,14 +246,8 @@ fn under_tini_the_setsid_grandchild_is_not_graceful() {
     if !have(Need::PidNamespace) {
         return;
     }
-    if Command::new("tini")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_err()
-    {
-        skipped("tini is not installed (Debian package `tini`; ci/install-deps.sh installs it)");
+    // Debian package `tini`; ci/install-deps.sh installs it, and ci/test.sh then requires it.
+    if !have(Need::Program("tini")) {
         return;
     }
     let t = Tree::new();

@@ -69,8 +69,18 @@ fn sigkill_to_reapers_process_group_still_kills_the_tree() {
     t.wait_ready(Duration::from_secs(10));
     let spawned = first_event(&mut child);
     let cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
-    let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
-    // What an MCP client does to its stdio server: SIGKILL the whole process group.
+    let guardian = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
+    kill_group_and_expect_cleanup(&mut child, &t, &cgroup, guardian);
+}
+
+/// What an MCP client does to its stdio server: SIGKILL reaper's whole process group. Then the
+/// guardian must kill the tree, remove the run's cgroup and exit.
+fn kill_group_and_expect_cleanup(
+    child: &mut std::process::Child,
+    t: &Tree,
+    cgroup: &std::path::Path,
+    (gpid, gstart): (i32, u64),
+) {
     let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
     let _ = child.wait();
@@ -125,24 +135,7 @@ fn a_guardian_forked_under_a_short_command_line_still_cleans_up() {
         format!("reaper guardian {} {start}\0", child.id()),
         "the forked guardian's one-string name (an exec'd one has NUL-separated arguments)"
     );
-    let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
-    rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
-    let _ = child.wait();
-    assert!(
-        wait_until(Duration::from_secs(5), || t.all_dead()),
-        "survivors: {:?}",
-        t.survivors()
-    );
-    t.assert_all_dead("reaper's group SIGKILLed");
-    assert!(
-        wait_until(Duration::from_secs(5), || !cgroup.exists()),
-        "cgroup {} left behind",
-        cgroup.display()
-    );
-    assert!(
-        wait_until(Duration::from_secs(5), || !alive(gpid, gstart)),
-        "the guardian outlived the run"
-    );
+    kill_group_and_expect_cleanup(&mut child, &t, &cgroup, (gpid, gstart));
 }
 
 /// A reaper in another PID namespace can have this reaper's pid and start time (two PID 1s
