@@ -94,20 +94,25 @@ impl Manager {
         self.bus
     }
 
+    /// Calls `method` of the manager's interface; an error names the method.
+    async fn manager<B>(
+        &self,
+        method: &'static str,
+        body: &B,
+    ) -> Result<zbus::Message, SystemdError>
+    where
+        B: zbus::export::serde::Serialize + zbus::zvariant::DynamicType,
+    {
+        self.conn
+            .call_method(Some(SYSTEMD), MANAGER_PATH, Some(MANAGER), method, body)
+            .await
+            .map_err(fail(method))
+    }
+
     /// The unit `pid` belongs to (0: the caller, as systemd sees it), and whether it has
     /// `Delegate=yes` (a subtree already ours).
     pub async fn unit_of(&self, pid: u32) -> Result<(String, bool), SystemdError> {
-        let reply = self
-            .conn
-            .call_method(
-                Some(SYSTEMD),
-                MANAGER_PATH,
-                Some(MANAGER),
-                "GetUnitByPID",
-                &(pid,),
-            )
-            .await
-            .map_err(fail("GetUnitByPID"))?;
+        let reply = self.manager("GetUnitByPID", &(pid,)).await?;
         let unit: OwnedObjectPath = reply
             .body()
             .deserialize()
@@ -179,10 +184,7 @@ impl Manager {
             .await
             .map_err(fail("subscribing to JobRemoved"))?;
         // Managers send job signals only to subscribed clients (org.freedesktop.systemd1(5)).
-        self.conn
-            .call_method(Some(SYSTEMD), MANAGER_PATH, Some(MANAGER), "Subscribe", &())
-            .await
-            .map_err(fail("Subscribe"))?;
+        self.manager("Subscribe", &()).await?;
         let properties: Vec<(&str, Value<'_>)> = vec![
             ("Description", Value::from(description)),
             ("PIDs", Value::from(vec![pid])),
@@ -191,16 +193,8 @@ impl Manager {
         ];
         let aux: Vec<(&str, Vec<(&str, Value<'_>)>)> = Vec::new();
         let reply = self
-            .conn
-            .call_method(
-                Some(SYSTEMD),
-                MANAGER_PATH,
-                Some(MANAGER),
-                "StartTransientUnit",
-                &(unit, "fail", properties, aux),
-            )
-            .await
-            .map_err(fail("StartTransientUnit"))?;
+            .manager("StartTransientUnit", &(unit, "fail", properties, aux))
+            .await?;
         let job: OwnedObjectPath = reply
             .body()
             .deserialize()
