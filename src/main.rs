@@ -62,6 +62,14 @@ enum Cmd {
     /// Internal: the guardian that cleans up if reaper PID is killed.
     #[command(hide = true)]
     Guardian { pid: i32, starttime: u64 },
+    /// Internal: what `reaper doctor` runs inside a sandbox to try each route out of it.
+    #[cfg(target_os = "linux")]
+    #[command(hide = true)]
+    SandboxProbe {
+        cgroup2: std::path::PathBuf,
+        outside_pid: i32,
+        host_userns: String,
+    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -142,6 +150,12 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),
         Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),
+        #[cfg(target_os = "linux")]
+        Cmd::SandboxProbe {
+            cgroup2,
+            outside_pid,
+            host_userns,
+        } => cli::doctor::sandbox_probe(&cgroup2, outside_pid, &host_userns),
     };
     std::process::ExitCode::from(code)
 }

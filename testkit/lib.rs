@@ -20,6 +20,12 @@ pub fn fixture() -> &'static str {
     PATH.get_or_init(|| path_of("reaper-fixture"))
 }
 
+/// `reaper-escape`, built if needed.
+pub fn escape() -> &'static str {
+    static PATH: OnceLock<String> = OnceLock::new();
+    PATH.get_or_init(|| path_of("reaper-escape"))
+}
+
 /// `fake-codex`, built if needed.
 pub fn fake_codex() -> &'static str {
     static PATH: OnceLock<String> = OnceLock::new();

@@ -37,6 +37,7 @@ fn run_sh_env(tree: &Tree, sandbox: &[&str], script: &str, env: &[(&str, &str)])
         .env("TESTPID", std::process::id().to_string())
         .env("HOSTMNT", ns_link("mnt"))
         .env("HOSTCGNS", ns_link("cgroup"))
+        .env("ESCAPE", reaper_testkit::escape())
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -91,6 +92,10 @@ mount -o remount,rw /sys; echo "remount-sys rc=$?"
 umount -l "$CG2"; echo "umount rc=$?"
 mkdir -p "$SCRATCH/cg"; mount -t cgroup2 none "$SCRATCH/cg"; echo "fresh-cgroup2 rc=$?"
 unshare -C -m true; echo "unshare rc=$?"
+unshare -U -r -C true; echo "userns-cgroupns rc=$?"
+"$ESCAPE" unshare-cgroupns
+"$ESCAPE" clone3 "$CG2"
+[ -n "$OUTSIDE" ] && "$ESCAPE" setuid-proc-root "$OUTSIDE_UID" "$OUTSIDE" "$CG2/cgroup.procs"
 unshare -U -r -C -m sh -c 'mount -o remount,rw "$CG2"'; echo "userns-remount rc=$?"
 unshare -U -r -m sh -c 'umount -l "$CG2"'; echo "userns-umount rc=$?"
 nsenter --cgroup=/proc/1/ns/cgroup true; echo "setns-cgroup rc=$?"
@@ -112,6 +117,10 @@ const ESCAPE_NAMES: &[&str] = &[
     "umount",
     "fresh-cgroup2",
     "unshare",
+    "userns-cgroupns",
+    "unshare-cgroupns",
+    "clone3",
+    "setuid-proc-root",
     "userns-remount",
     "userns-umount",
     "setns-cgroup",
@@ -119,12 +128,64 @@ const ESCAPE_NAMES: &[&str] = &[
     "core-pattern",
 ];
 
+/// A `sleep` of uid 65534 outside the run (a service user's process): `setuid` to its uid
+/// passes the ptrace check for its `/proc/PID/root`, its mount namespace, where the cgroup file
+/// system is writable. Killed and reaped on drop.
+struct Outside(std::process::Child);
+
+impl Outside {
+    fn start() -> Outside {
+        let child = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "sleep",
+                "600",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start a sleep as 65534");
+        // setpriv execs sleep: once /proc says so, its uid is 65534.
+        let pid = child.id();
+        for _ in 0..500 {
+            let st = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+            if st.lines().any(|l| l.starts_with("Uid:\t65534")) {
+                return Outside(child);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mut child = child;
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("the outside sleep never ran as 65534");
+    }
+
+    fn env(&self) -> [(&'static str, String); 2] {
+        [
+            ("OUTSIDE", self.0.id().to_string()),
+            ("OUTSIDE_UID", "65534".into()),
+        ]
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn assert_every_escape_fails(mode: &[&str]) {
-    if !have(Need::Root) || !have(Need::Cgroup) {
+    if !have(Need::Root) || !have(Need::Cgroup) || !have(Need::Program("setpriv")) {
         return;
     }
     let tree = Tree::new();
-    let o = run_sh(&tree, mode, ESCAPES);
+    let outside = Outside::start();
+    let env = outside.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = run_sh_env(&tree, mode, ESCAPES, &env);
     let out = stdout(&o);
     let err = stderr(&o);
     assert_eq!(code(&o), 0, "{mode:?}: stdout:\n{out}\nstderr:\n{err}");
@@ -135,6 +196,21 @@ fn assert_every_escape_fails(mode: &[&str]) {
             "{mode:?}: the `{name}` escape worked:\n{out}\nstderr:\n{err}"
         );
     }
+    // The hostile helper really ran each attempt, and no child of its clone3 ever started.
+    for name in ["clone3", "setuid-proc-root", "unshare-cgroupns"] {
+        assert!(
+            out.contains(&format!("ran {name}\n")),
+            "{name} did not run: {out}"
+        );
+    }
+    assert!(!out.contains("clone3-child"), "{out}");
+    // clone3 is not there for it (glibc falls back to clone); the other process's mount
+    // namespace is closed by the user namespace (EACCES), or not visible with =pid (ENOENT).
+    assert_eq!(rc(&out, "clone3"), libc::ENOSYS, "{out}");
+    assert!(
+        [libc::EACCES, libc::ENOENT].contains(&rc(&out, "setuid-proc-root")),
+        "{out}"
+    );
     assert!(
         !out.contains("procs-writable tried=0 "),
         "no cgroup.procs was found to try: {out}"
@@ -168,20 +244,28 @@ fn sandboxed_root_cannot_leave_its_cgroup_with_a_pid_namespace() {
     assert_every_escape_fails(&["--sandbox=pid"]);
 }
 
-/// The same through the std spawn (REAPER_CLONE3=0: fork, join the cgroup in pre_exec, then the
-/// sandbox): the fallback path is no weaker.
+/// The sandbox's user namespace needs its maps written by reaper between the clone and the
+/// leader's next step, which only the clone3 spawn waits for: without clone3
+/// (`REAPER_CLONE3=0`, a seccomp filter) `--sandbox` refuses to start, naming it, rather than
+/// start weaker.
 #[test]
-fn sandboxed_root_cannot_leave_its_cgroup_without_clone3() {
-    if !have(Need::Root) || !have(Need::Cgroup) {
+fn sandbox_without_clone3_is_refused() {
+    if !have(Need::Cgroup) {
         return;
     }
-    let tree = Tree::new();
-    let o = run_sh_env(&tree, &["--sandbox"], ESCAPES, &[("REAPER_CLONE3", "0")]);
-    let out = stdout(&o);
-    for name in ESCAPE_NAMES {
-        assert_ne!(rc(&out, name), 0, "`{name}` worked:\n{out}");
+    for mode in ["--sandbox", "--sandbox=pid"] {
+        let o = reaper()
+            .args(["run", "--containment", "cgroup", mode, "--", "true"])
+            .env("REAPER_CLONE3", "0")
+            .output()
+            .expect("run reaper");
+        assert_eq!(code(&o), 125, "{mode}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--sandbox needs clone3(CLONE_INTO_CGROUP)"),
+            "{mode}: {}",
+            stderr(&o)
+        );
     }
-    tree.assert_all_dead("the sandboxed tree after a std-spawned run");
 }
 
 /// The negative control: without `--sandbox`, root leaves its run's cgroup with one write to the
@@ -201,6 +285,33 @@ fn root_leaves_without_the_sandbox() {
     let out = stdout(&o);
     assert_eq!(rc(&out, "moved"), 0, "{out}\n{}", stderr(&o));
     assert!(out.contains("\n0::/\n"), "not in the root cgroup: {out}");
+}
+
+/// The negative control of the sandbox's two new routes, as root without `--sandbox`:
+/// `clone3(CLONE_INTO_CGROUP)` with a read-only fd of the cgroup2 root creates the child in the
+/// root cgroup, and `setuid` to a service user's uid opens that user's process's
+/// `/proc/PID/root` and writes into the root's `cgroup.procs`. Each process that got out exits
+/// at once.
+#[test]
+fn root_leaves_by_clone3_and_proc_root_without_the_sandbox() {
+    if !have(Need::Root) || !have(Need::Cgroup) || !have(Need::Program("setpriv")) {
+        return;
+    }
+    let tree = Tree::new();
+    let outside = Outside::start();
+    let env = outside.env();
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let o = run_sh_env(
+        &tree,
+        &[],
+        r#""$ESCAPE" clone3 "$CG2"
+"$ESCAPE" setuid-proc-root "$OUTSIDE_UID" "$OUTSIDE" "$CG2/cgroup.procs""#,
+        &env,
+    );
+    let out = stdout(&o);
+    assert_eq!(rc(&out, "clone3"), 0, "{out}\n{}", stderr(&o));
+    assert!(out.contains("clone3-child 0::/\n"), "{out}");
+    assert_eq!(rc(&out, "setuid-proc-root"), 0, "{out}\n{}", stderr(&o));
 }
 
 /// `--sandbox=pid`: the command is PID 1 of its own PID namespace, sees only its tree in
@@ -232,8 +343,8 @@ kill -0 "$TESTPID"; echo "signal-outside rc=$?""#,
 }
 
 /// Issue 14 point 5: `--sandbox` where a part is impossible fails with 125 naming it, never a
-/// weaker sandbox: without the cgroup backend there is no cgroup to root the namespace at;
-/// without clone3 there is no PID namespace for the leader.
+/// weaker sandbox: without the cgroup backend there is no cgroup to root the namespace at
+/// (without clone3: `sandbox_without_clone3_is_refused`).
 #[test]
 fn impossible_sandbox_is_exit_125_naming_the_part() {
     let o = reaper()
@@ -250,27 +361,6 @@ fn impossible_sandbox_is_exit_125_naming_the_part() {
     assert_eq!(code(&o), 125, "{}", stderr(&o));
     assert!(
         stderr(&o).contains("--sandbox needs the cgroup backend"),
-        "{}",
-        stderr(&o)
-    );
-    if !have(Need::Cgroup) {
-        return;
-    }
-    let o = reaper()
-        .args([
-            "run",
-            "--containment",
-            "cgroup",
-            "--sandbox=pid",
-            "--",
-            "true",
-        ])
-        .env("REAPER_CLONE3", "0")
-        .output()
-        .expect("run reaper");
-    assert_eq!(code(&o), 125, "{}", stderr(&o));
-    assert!(
-        stderr(&o).contains("--sandbox=pid needs clone3"),
         "{}",
         stderr(&o)
     );
@@ -576,15 +666,41 @@ fn doctor_names_the_parts_of_the_sandbox() {
         })
         .collect();
     for want in [
+        "user namespace",
         "mount namespace",
         "cgroup namespace",
         "read-only cgroup fs",
         "no new privileges",
         "capability dropping",
+        "seccomp filter",
         "PID namespace",
     ] {
         assert!(parts.contains(&(want, "yes")), "{want}: {parts:?}");
     }
+    // Each route out was tried from inside a sandbox, and each is closed.
+    let routes = sb["routes"].as_array().expect("routes");
+    assert_eq!(routes.len(), 4, "{sb}");
+    for r in routes {
+        assert_eq!(r["closed"], true, "{r}");
+    }
+    let status = |route: &str| {
+        routes
+            .iter()
+            .find(|r| r["route"].as_str().is_some_and(|n| n.starts_with(route)))
+            .and_then(|r| r["status"].as_str())
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert!(
+        status("clone3").contains("Function not implemented"),
+        "{sb}"
+    );
+    assert!(status("a write").contains("Read-only file system"), "{sb}");
+    assert!(
+        status("/proc/PID/root").contains("a user namespace of its own"),
+        "{sb}"
+    );
+    assert!(sb["nsdelegate"].is_boolean(), "{sb}");
     assert!(sb["unprivileged_user_namespaces"].is_boolean(), "{sb}");
 
     if !have(Need::Program("setpriv")) {

@@ -150,6 +150,7 @@ fn run_as_nobody(
         .env("HOSTMNT", ns_link("mnt"))
         .env("HOSTCGNS", ns_link("cgroup"))
         .env("RUST_LOG", "warn")
+        .env("ESCAPE", reaper_testkit::escape())
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -185,6 +186,7 @@ echo "uid=$(id -u) gid=$(id -g)"
 ls "/proc/$OUTSIDE/root/" >/dev/null; echo "outside-root-ls rc=$?"
 ( echo $$ > "/proc/$OUTSIDE/root$DELEG/cgroup.procs" ); echo "outside-root-procs rc=$?"
 ( echo $$ > "$DELEG/cgroup.procs" ); echo "parent-procs rc=$?"
+"$ESCAPE" clone3 "$DELEG"
 if [ $hostmnt -ne 0 ] && [ $hostcg -ne 0 ]; then
     mount -o remount,rw "$CG2"; echo "remount rc=$?"
     unshare -U -r -m sh -c 'mount -o remount,rw "$CG2"'; echo "userns-remount rc=$?"
@@ -205,6 +207,7 @@ const ESCAPE_NAMES: &[&str] = &[
     "outside-root-ls",
     "outside-root-procs",
     "parent-procs",
+    "clone3",
     "remount",
     "userns-remount",
     "userns-remount-sys",
@@ -248,6 +251,11 @@ fn attempt_under(mode: &str, env: &[(&str, &str)]) {
         );
     }
     assert_eq!(rc(&out, "started"), 0, "{out}");
+    assert!(
+        out.contains("ran clone3\n"),
+        "the clone3 attempt did not run: {out}"
+    );
+    assert_eq!(rc(&out, "clone3"), libc::ENOSYS, "{out}");
     let report = read_report(&tree.report());
     assert_clean_report(&report);
     assert_eq!(
@@ -268,11 +276,30 @@ fn as_a_delegated_user_every_escape_fails_under_sandbox() {
     attempt_under("--sandbox", &[]);
 }
 
-/// The same through the std spawn (`REAPER_CLONE3=0`: fork, join the cgroup in pre_exec, then
-/// the sandbox, whose user namespace comes from `unshare` there).
+/// Without clone3 (`REAPER_CLONE3=0`) reaper cannot write the user namespace's maps before the
+/// leader goes on: the sandbox refuses to start, naming clone3.
 #[test]
-fn as_a_delegated_user_every_escape_fails_under_sandbox_without_clone3() {
-    attempt_under("--sandbox", &[("REAPER_CLONE3", "0")]);
+fn as_a_delegated_user_sandbox_without_clone3_is_refused() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("cgroup2 mount");
+    let deleg = DelegatedCgroup::new(&mount, "noclone3");
+    let tree = nobody_tree();
+    let o = run_as_nobody(
+        &tree,
+        &deleg,
+        None,
+        &["--sandbox"],
+        "true",
+        &[("REAPER_CLONE3", "0")],
+    );
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("--sandbox needs clone3(CLONE_INTO_CGROUP)"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 /// As above with the PID namespace: the outside process is not even visible.
@@ -305,7 +332,12 @@ fn as_a_delegated_user_without_sandbox_the_escape_works_and_is_caught() {
     let out = std::fs::read_to_string(out_file(&tree)).unwrap_or_default();
     eprintln!("without --sandbox as 65534:\n{out}\nstderr: {err}");
     tree.assert_all_dead("the control's escapee");
-    for name in ["outside-root-ls", "outside-root-procs", "parent-procs"] {
+    for name in [
+        "outside-root-ls",
+        "outside-root-procs",
+        "parent-procs",
+        "clone3",
+    ] {
         assert_eq!(
             rc(&out, name),
             0,

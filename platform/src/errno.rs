@@ -22,6 +22,15 @@ pub fn is_gone_rustix(err: rustix::io::Errno) -> bool {
         || err == rustix::io::Errno::NOENT
 }
 
+/// An error's words as strerror(3) has them, without std's ` (os error N)`.
+pub fn strerror(e: &io::Error) -> String {
+    let s = e.to_string();
+    match s.rsplit_once(" (os error") {
+        Some((text, _)) => text.to_owned(),
+        None => s,
+    }
+}
+
 mod libc_errno {
     pub const ENOENT: i32 = rustix::io::Errno::NOENT.raw_os_error();
     pub const ESRCH: i32 = rustix::io::Errno::SRCH.raw_os_error();

@@ -17,6 +17,7 @@ pub mod macos;
 pub mod process;
 pub mod proctable;
 pub mod reap;
+pub mod sent;
 pub mod signal;
 pub mod terminal;
 

@@ -72,11 +72,26 @@ pub fn to_handle(handle: &Handle, sig: Signal) -> io::Result<Delivery> {
 /// until the shell continues them, then the call returns. If the group is orphaned (no shell
 /// does job control for it: `ssh -t`, `docker exec -it`), the kernel discards the signal and
 /// the call returns at once, instead of stopping reaper for good.
+///
+/// reaper may have a handler for SIGTSTP itself (to pass a Ctrl-Z on to a tree in another
+/// group): the default action is put back around the kill, so the signal stops reaper instead of
+/// reaching that handler again. Call it from the main thread, which the kernel prefers for a
+/// signal to the process: then the stop happens before the kill returns, while the default
+/// action is still in place.
 pub fn stop_own_job() {
     tracing::debug!("stopping reaper's job (job control)");
-    // SAFETY: kill(2) with pid 0 signals the caller's own process group.
+    // SAFETY: sigaction(2) with zeroed-then-filled plain structs, saving and restoring this
+    // process's own disposition; kill(2) with pid 0 signals the caller's own process group.
     unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        let mut old: libc::sigaction = std::mem::zeroed();
+        let swapped = libc::sigaction(libc::SIGTSTP, &dfl, &mut old) == 0;
         libc::kill(0, libc::SIGTSTP);
+        if swapped {
+            libc::sigaction(libc::SIGTSTP, &old, std::ptr::null_mut());
+        }
     }
 }
 
@@ -125,6 +140,27 @@ pub fn name(sig: Signal) -> String {
         .find(|(_, s)| *s == sig)
         .map(|(n, _)| (*n).to_owned())
         .unwrap_or_else(|| sig.as_raw().to_string())
+}
+
+/// The signal numbered `n`: a named one, or a real-time one in libc's application range
+/// (`SIGRTMIN..=SIGRTMAX`; the numbers below SIGRTMIN are libc's own).
+pub fn from_raw(n: i32) -> Option<Signal> {
+    if let Some(sig) = Signal::from_named_raw(n) {
+        return Some(sig);
+    }
+    #[cfg(target_os = "linux")]
+    if realtime().contains(&n) {
+        // SAFETY: a real-time signal in libc's application range (checked just above), which
+        // the application may send, catch and block.
+        return Some(unsafe { Signal::from_raw_unchecked(n) });
+    }
+    None
+}
+
+/// The real-time signals an application may use (libc reserves the ones below).
+#[cfg(target_os = "linux")]
+pub fn realtime() -> std::ops::RangeInclusive<i32> {
+    libc::SIGRTMIN()..=libc::SIGRTMAX()
 }
 
 /// Parses `TERM`, `SIGTERM`, `term` or `15`.

@@ -1,5 +1,5 @@
 //! The controlling terminal's foreground process group, for a leader that starts a process group
-//! of its own (the `pgid` backend, `reaper check --interrupt-group`).
+//! of its own (every leader does: the tree never shares reaper's group).
 //!
 //! A terminal lets only its foreground group read from it: a process of a background group that
 //! reads gets SIGTTIN and stops. A shell puts each job in a group of its own and hands it the
@@ -22,12 +22,21 @@ pub struct Foreground {
 
 impl Foreground {
     /// The controlling terminal, if there is one, this process's group is its foreground group
-    /// now (reaper runs as a foreground job), and reaper's stdin and stdout are terminals.
-    /// `None` otherwise: nothing to hand over. (In `reaper run -- cmd | less`, reaper's group is
-    /// the whole pipeline: handing the terminal to `cmd` would stop `less` at its next read.)
+    /// now (reaper runs as a foreground job), and reaper's stdout is not a pipe or a socket.
+    /// `None` otherwise: nothing to hand over. In `reaper run -- cmd | less`, reaper's group is
+    /// the whole pipeline: handing the terminal to `cmd` would stop `less` at its next read, so
+    /// `cmd` there reads the terminal as timeout(1)'s COMMAND does, as a background job (a read
+    /// stops it). A pipe into reaper (`ls | reaper run -- fzf`) comes from a program that
+    /// rarely reads the terminal: the hand-over is right there.
     pub fn if_foreground() -> Option<Self> {
-        // SAFETY: isatty(3) only asks about the fd.
-        if unsafe { libc::isatty(0) != 1 || libc::isatty(1) != 1 } {
+        let piped = rustix::fs::fstat(rustix::stdio::stdout()).is_ok_and(|st| {
+            let kind = rustix::fs::FileType::from_raw_mode(st.st_mode);
+            matches!(
+                kind,
+                rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket
+            )
+        });
+        if piped {
             return None;
         }
         let tty = rustix::fs::open(

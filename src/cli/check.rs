@@ -180,6 +180,10 @@ async fn check(args: CheckArgs) -> u8 {
     // One stream for every repeat: a signal between two runs stops the next one.
     let mut requests = Requests::new();
     super::run::signal_requests(sigs, &mut requests);
+    if let Some(stops) = super::JobStops::new() {
+        use reaper_platform::Signal as S;
+        super::run::job_stop_requests(stops, &[S::TSTP, S::TTIN, S::TTOU], &mut requests);
+    }
     let opts = args.contain.opts(&args.guard);
     for i in 0..args.repeat {
         match check_once(&args, &opts, &mut requests).await {
@@ -302,10 +306,6 @@ async fn check_once(
             .try_clone_to_owned()
             .map_err(CheckError::DupStderr)?;
         cmd.stdout(Io::Fd(fd));
-    }
-    if args.interrupt_group {
-        // A group of CMD's own, so the group signal reaches CMD's tree and not reaper.
-        cmd.process_group();
     }
     let (run, _pipes) = Run::start(cmd, opts, EventSink::none())
         .await

@@ -87,6 +87,20 @@ pub struct SandboxReport {
     /// inside it the command may still make one, and finds the cgroup file system locked
     /// read-only there). `None`: unknown.
     pub unprivileged_user_namespaces: Option<bool>,
+    /// Each route out of a run's cgroup, tried from inside a sandbox here.
+    pub routes: Vec<SandboxRoute>,
+    /// Whether cgroup2 is mounted with `nsdelegate` (the kernel then refuses any move across
+    /// a cgroup namespace's root itself); the sandbox does not need it.
+    pub nsdelegate: bool,
+}
+
+/// One way out of the run's cgroup, and what the kernel said when the probe tried it.
+#[derive(Debug, Serialize)]
+pub struct SandboxRoute {
+    pub route: &'static str,
+    pub closed: bool,
+    /// `closed (WHY)`, or `OPEN`.
+    pub status: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -177,7 +191,8 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
                         )),
                     }
                     if r.clone_into_cgroup {
-                        r.sandbox = probe_sandbox(b.dir_fd());
+                        r.sandbox =
+                            probe_sandbox(b.dir_fd(), &env.mount.mount_point.display().to_string());
                     }
                     if let Err(e) = b.release() {
                         r.hints
@@ -192,6 +207,8 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
     container(&mut r);
     r.sandbox.unprivileged_user_namespaces =
         reaper_platform::linux::namespaces::unprivileged_userns();
+    r.sandbox.nsdelegate = std::fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|mi| reaper_platform::linux::mountinfo::cgroup2_nsdelegate(&mi));
     if r.sandbox.parts.is_empty() {
         let why = if r.cgroup_writable {
             "no: needs clone3(CLONE_INTO_CGROUP) to probe (--sandbox without =pid may still work)"
@@ -256,36 +273,57 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
 /// The parts of the sandbox, in the order a leader sets them up.
 #[cfg(target_os = "linux")]
 const SANDBOX_PARTS: &[&str] = &[
+    "user namespace",
     "mount namespace",
     "cgroup namespace",
     "read-only cgroup fs",
     "no new privileges",
     "capability dropping",
+    "seccomp filter",
     "PID namespace",
 ];
 
-/// Starts a leader in the whole sandbox, then in the sandbox with a PID namespace, and says
-/// which part the kernel refused.
+/// The routes out of a run's cgroup that `reaper sandbox-probe` tries, as it names them, and
+/// how doctor names them.
 #[cfg(target_os = "linux")]
-fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
+const ROUTES: &[(&str, &str)] = &[
+    ("cgroup.procs", "a write to the cgroup2 root's cgroup.procs"),
+    ("clone3", "clone3(CLONE_INTO_CGROUP) into the cgroup2 root"),
+    (
+        "cgroupns",
+        "a new cgroup namespace (for a writable cgroup2 mount)",
+    ),
+    ("proc-root", "/proc/PID/root of a process outside the run"),
+];
+
+/// Starts a leader in the whole sandbox, then in the sandbox with a PID namespace, and says
+/// which part the kernel refused; the first one tries every route out from inside.
+#[cfg(target_os = "linux")]
+fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxReport {
     use crate::containment::spawn::{probe_sandbox, ProbeError};
     use reaper_platform::linux::sandbox::Step;
     let part_of = |s: Step| match s {
-        Step::MountNamespace => 0,
-        Step::CgroupNamespace => 1,
-        Step::PrivateMounts | Step::ReadOnly => 2,
-        Step::NoNewPrivs => 3,
-        Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 4,
-        Step::ProcMount => 5,
-        // A non-root user's sandbox starts with a user namespace: nothing after it was tried.
         Step::UserNamespace | Step::UserMaps => 0,
+        Step::MountNamespace => 1,
+        Step::CgroupNamespace => 2,
+        Step::PrivateMounts | Step::ReadOnly => 3,
+        Step::NoNewPrivs => 4,
+        Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 5,
+        Step::Seccomp => 6,
+        Step::ProcMount => 7,
     };
+    let pid_part = SANDBOX_PARTS.len() - 1;
     let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
     let mut r = SandboxReport::default();
-    match probe_sandbox(cgroup, false) {
-        Ok(()) => {
+    let me = std::process::id().to_string();
+    let userns = std::fs::read_link("/proc/self/ns/user")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    match probe_sandbox(cgroup, false, &["sandbox-probe", cg2, &me, &userns]) {
+        Ok(out) => {
             r.available = true;
-            status[..5].fill("yes".into());
+            status[..pid_part].fill("yes".into());
+            r.routes = routes(&String::from_utf8_lossy(&out));
         }
         Err(ProbeError::Sandbox(e)) => {
             let k = part_of(e.step);
@@ -299,16 +337,16 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
         Err(ProbeError::Other(m)) => status[0] = format!("no: {m}"),
     }
     if r.available {
-        match probe_sandbox(cgroup, true) {
-            Ok(()) => {
+        match probe_sandbox(cgroup, true, &["--version"]) {
+            Ok(_) => {
                 r.pid_available = true;
-                status[5] = "yes".into();
+                status[pid_part] = "yes".into();
             }
             Err(ProbeError::Sandbox(e)) => {
-                status[5] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
+                status[pid_part] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
             }
             // The clone itself (CLONE_NEWPID) was refused.
-            Err(ProbeError::Other(m)) => status[5] = format!("no: {m}"),
+            Err(ProbeError::Other(m)) => status[pid_part] = format!("no: {m}"),
         }
     }
     r.parts = SANDBOX_PARTS
@@ -317,6 +355,82 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>) -> SandboxReport {
         .map(|(&part, status)| SandboxPart { part, status })
         .collect();
     r
+}
+
+/// The probe's `ROUTE\tRESULT` lines as routes; a route it did not report is not closed.
+#[cfg(target_os = "linux")]
+fn routes(out: &str) -> Vec<SandboxRoute> {
+    ROUTES
+        .iter()
+        .map(|&(name, route)| {
+            let result = out
+                .lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix('\t'))
+                .unwrap_or("OPEN (the probe did not say)");
+            let closed = result.starts_with("closed");
+            SandboxRoute {
+                route,
+                closed,
+                status: result.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// `reaper sandbox-probe CG2 OUTSIDE_PID HOST_USERNS`, which doctor starts inside a sandbox:
+/// tries each way out of the run's cgroup and prints one `ROUTE\tRESULT` line for each. A
+/// route that works does no harm: the cgroup.procs file is opened, never written; the clone3
+/// child exits at once; a new cgroup namespace is this probe's alone.
+#[cfg(target_os = "linux")]
+pub fn sandbox_probe(cg2: &std::path::Path, outside: i32, host_userns: &str) -> u8 {
+    use rustix::fs::{Mode, OFlags};
+    let verdict = |r: std::io::Result<()>, because: &str| match r {
+        Ok(()) => "OPEN".to_owned(),
+        Err(e) => format!(
+            "closed ({because}: {})",
+            reaper_platform::errno::strerror(&e)
+        ),
+    };
+    let procs = rustix::fs::open(
+        cg2.join("cgroup.procs"),
+        OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(drop)
+    .map_err(std::io::Error::from);
+    out!("cgroup.procs\t{}", verdict(procs, "read-only mount"));
+    let clone3 = rustix::fs::open(
+        cg2,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(std::io::Error::from)
+    .and_then(|dir| reaper_platform::linux::spawn::try_clone_into(std::os::fd::AsFd::as_fd(&dir)));
+    out!("clone3\t{}", verdict(clone3, "seccomp"));
+    // SAFETY: unshare(2) with a flag word changes only this process's namespaces; the probe
+    // exits right after its checks.
+    let cgroupns = match unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    };
+    out!("cgroupns\t{}", verdict(cgroupns, "seccomp"));
+    let own_userns = std::fs::read_link("/proc/self/ns/user")
+        .map(|l| l.display().to_string())
+        .unwrap_or_default();
+    let root = rustix::fs::open(
+        format!("/proc/{outside}/root/"),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map(drop)
+    .map_err(std::io::Error::from);
+    let because = if own_userns != host_userns {
+        "a user namespace of its own"
+    } else {
+        "capabilities"
+    };
+    out!("proc-root\t{}", verdict(root, because));
+    0
 }
 
 /// Signs of a container, what containment they leave, and what the user can change.
@@ -583,6 +697,34 @@ fn human(r: &Report) -> String {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+    );
+    if !r.sandbox.routes.is_empty() {
+        let open = r.sandbox.routes.iter().filter(|x| !x.closed).count();
+        line(
+            "sandbox routes",
+            &format!(
+                "{}: {}",
+                if open == 0 {
+                    "every route out of the run's cgroup is closed".to_owned()
+                } else {
+                    format!("{open} route(s) out of the run's cgroup OPEN")
+                },
+                r.sandbox
+                    .routes
+                    .iter()
+                    .map(|x| format!("{}: {}", x.route, x.status))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        );
+    }
+    line(
+        "nsdelegate",
+        if r.sandbox.nsdelegate {
+            "yes (the kernel also refuses a move across a cgroup namespace's root)"
+        } else {
+            "no (the cgroup namespace alone would not stop a move; the sandbox does not rely on it)"
+        },
     );
     line(
         "unprivileged userns",

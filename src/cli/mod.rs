@@ -111,54 +111,143 @@ impl ParentWatch {
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP to reaper. Create before spawning, so a signal in between stops
-/// the tree instead of killing reaper.
+/// Every signal whose default action would end reaper, to reaper: each becomes a request to
+/// stop the tree first (or, for an init, to pass it on). Create before spawning, so a signal in
+/// between stops the tree instead of killing reaper. SIGPIPE is not one: Rust ignores it (a
+/// write to a closed pipe fails with EPIPE instead). The fault signals (SIGSEGV, SIGBUS, …)
+/// count only when another process sent them (`reaper_platform::sent`).
 pub struct Signals {
-    int: tokio::signal::unix::Signal,
-    term: tokio::signal::unix::Signal,
-    hup: tokio::signal::unix::Signal,
-    /// More signals to listen to (timeout(1)'s face: ALRM, QUIT and its `-s` signal).
-    extra: Vec<(reaper_platform::Signal, tokio::signal::unix::Signal)>,
+    streams: Vec<(reaper_platform::Signal, tokio::signal::unix::Signal)>,
+    /// Fault signals sent by another process; `None` when the handler could not be installed.
+    faults: Option<reaper_platform::sent::SentFaults>,
+}
+
+/// The signals that end a process by default and that no fault raises (signal(7)), besides
+/// the real-time ones.
+const ENDING: &[reaper_platform::Signal] = {
+    use reaper_platform::Signal as S;
+    &[
+        S::HUP,
+        S::INT,
+        S::QUIT,
+        S::USR1,
+        S::USR2,
+        S::ALARM,
+        S::TERM,
+        #[cfg(target_os = "linux")]
+        S::STKFLT,
+        S::XCPU,
+        S::XFSZ,
+        S::VTALARM,
+        S::PROF,
+        S::IO,
+        #[cfg(target_os = "linux")]
+        S::POWER,
+    ]
+};
+
+/// Every signal [`Signals`] listens to: those that end a process by default.
+pub fn ending_signals() -> Vec<reaper_platform::Signal> {
+    let mut all = ENDING.to_vec();
+    #[cfg(target_os = "linux")]
+    all.extend(reaper_platform::signal::realtime().filter_map(reaper_platform::signal::from_raw));
+    all.extend(reaper_platform::sent::FAULTS);
+    all
 }
 
 impl Signals {
     pub fn new() -> Option<Self> {
-        use tokio::signal::unix::{signal, SignalKind};
-        Some(Self {
-            int: signal(SignalKind::interrupt()).ok()?,
-            term: signal(SignalKind::terminate()).ok()?,
-            hup: signal(SignalKind::hangup()).ok()?,
-            extra: Vec::new(),
-        })
+        let mut me = Self {
+            streams: Vec::new(),
+            faults: None,
+        };
+        for &sig in ENDING {
+            me.streams.push((sig, stream(sig)?));
+        }
+        #[cfg(target_os = "linux")]
+        for n in reaper_platform::signal::realtime() {
+            if let Some(sig) = reaper_platform::signal::from_raw(n) {
+                me.streams.push((sig, stream(sig)?));
+            }
+        }
+        me.faults = match reaper_platform::sent::install() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                tracing::debug!("fault signals sent by others end reaper by default: {e}");
+                None
+            }
+        };
+        Some(me)
     }
 
     /// Also listen to `sig` (ignored when it cannot be caught: KILL, STOP…).
     pub fn also(&mut self, sig: reaper_platform::Signal) {
-        use reaper_platform::Signal;
-        let (int, term, hup) = (Signal::INT, Signal::TERM, Signal::HUP);
-        if [int, term, hup].contains(&sig) || self.extra.iter().any(|(s, _)| *s == sig) {
+        if self.streams.iter().any(|(s, _)| *s == sig) {
             return;
         }
-        let kind = tokio::signal::unix::SignalKind::from_raw(sig.as_raw());
-        if let Ok(stream) = tokio::signal::unix::signal(kind) {
-            self.extra.push((sig, stream));
+        if let Some(stream) = stream(sig) {
+            self.streams.push((sig, stream));
         }
     }
 
     pub async fn recv(&mut self) -> reaper_platform::Signal {
-        use reaper_platform::Signal;
-        tokio::select! {
-            _ = self.int.recv() => Signal::INT,
-            _ = self.term.recv() => Signal::TERM,
-            _ = self.hup.recv() => Signal::HUP,
-            sig = std::future::poll_fn(|cx| {
-                for (sig, stream) in self.extra.iter_mut() {
-                    if stream.poll_recv(cx).is_ready() {
-                        return std::task::Poll::Ready(*sig);
-                    }
+        let streams = &mut self.streams;
+        let ending = std::future::poll_fn(|cx| {
+            for (sig, stream) in streams.iter_mut() {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
                 }
-                std::task::Poll::Pending
-            }) => sig,
+            }
+            std::task::Poll::Pending
+        });
+        let faults = async {
+            match self.faults.as_mut() {
+                Some(f) => match f.recv().await {
+                    Ok(sig) => sig,
+                    Err(_) => std::future::pending().await,
+                },
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            sig = ending => sig,
+            sig = faults => sig,
         }
+    }
+}
+
+/// A stream of `sig` to reaper; `None` if it cannot be caught.
+fn stream(sig: reaper_platform::Signal) -> Option<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig.as_raw())).ok()
+}
+
+/// The job-control stops to reaper (SIGTSTP: Ctrl-Z, SIGTTIN, SIGTTOU), for a face that passes
+/// them on to the tree, whose process group is not reaper's, before stopping its own job; and
+/// timeout(1)'s face, which ignores SIGTTIN and SIGTTOU as GNU timeout does. A handler, unlike
+/// SIG_IGN, is not inherited by the leader.
+pub struct JobStops {
+    streams: Vec<(reaper_platform::Signal, tokio::signal::unix::Signal)>,
+}
+
+impl JobStops {
+    pub fn new() -> Option<Self> {
+        use reaper_platform::Signal as S;
+        let streams = [S::TSTP, S::TTIN, S::TTOU]
+            .into_iter()
+            .map(|sig| Some((sig, stream(sig)?)))
+            .collect::<Option<_>>()?;
+        Some(Self { streams })
+    }
+
+    pub async fn recv(&mut self) -> reaper_platform::Signal {
+        std::future::poll_fn(|cx| {
+            for (sig, stream) in self.streams.iter_mut() {
+                if stream.poll_recv(cx).is_ready() {
+                    return std::task::Poll::Ready(*sig);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
     }
 }

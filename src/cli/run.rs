@@ -107,18 +107,20 @@ pub enum ForwardTo {
     Tree,
 }
 
-/// The signals an init passes on instead of stopping the tree, as tini does. SIGTERM is not
-/// one of them: it stops the whole tree with the grace (tini passes it to its child alone, and
-/// the kernel SIGKILLs the rest of the namespace when tini exits). PID 1 gets no signal it has
-/// no handler for (the kernel drops it: signal(7), "init"), so each has one.
-const FORWARDED: [Signal; 6] = [
-    Signal::INT,
-    Signal::HUP,
-    Signal::QUIT,
-    Signal::USR1,
-    Signal::USR2,
-    Signal::WINCH,
-];
+/// The signals an init passes on instead of stopping the tree, as tini does: SIGWINCH and every
+/// signal that would end a process (SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPWR, the
+/// real-time ones, …) but SIGTERM, which stops the whole tree with the grace (tini passes it to
+/// its child alone, and the kernel SIGKILLs the rest of the namespace when tini exits). PID 1
+/// gets no signal it has no handler for (the kernel drops it: signal(7), "init"), so each has
+/// one.
+fn forwarded() -> Vec<Signal> {
+    let mut sigs: Vec<Signal> = super::ending_signals()
+        .into_iter()
+        .filter(|&s| s != Signal::TERM)
+        .collect();
+    sigs.push(Signal::WINCH);
+    sigs
+}
 
 /// What `reaper timeout` changes in a run, to behave as timeout(1): the signal (on timeout,
 /// or the one reaper received) goes to the tree, then reaper waits for COMMAND itself — for
@@ -316,7 +318,7 @@ pub fn plan(args: &RunArgs) -> Plan {
         parent_death_grace: PARENT_DEATH_GRACE,
         shutdown_grace: args.grace,
         forward: if is_init(args) {
-            FORWARDED.to_vec()
+            forwarded()
         } else {
             Vec::new()
         },
@@ -354,10 +356,14 @@ async fn run(mut args: RunArgs) -> u8 {
         return 125;
     };
     if is_init(&args) {
-        for sig in FORWARDED {
-            sigs.also(sig);
-        }
+        sigs.also(Signal::WINCH);
     }
+    // An init's job-control stops are the leader's own business (PID 1 drops them anyway).
+    let job_stops = if is_init(&args) {
+        None
+    } else {
+        super::JobStops::new()
+    };
     if face.is_some() {
         // timeout(1) also stops COMMAND on SIGQUIT and on its own `-s` signal, and takes a
         // SIGALRM from outside for its timeout (`timeout -s ALRM 30 timeout 25 CMD` cascades).
@@ -423,6 +429,16 @@ async fn run(mut args: RunArgs) -> u8 {
         }
     }
     let mut requests = requests(sigs, parent, pipes.stdin);
+    if let Some(stops) = job_stops {
+        // timeout(1) ignores SIGTTIN and SIGTTOU (it may write to the terminal from the
+        // background), and is stopped by SIGTSTP.
+        let relayed: &[Signal] = if face.is_some() {
+            &[Signal::TSTP]
+        } else {
+            &[Signal::TSTP, Signal::TTIN, Signal::TTOU]
+        };
+        job_stop_requests(stops, relayed, &mut requests);
+    }
     let mut sup = Supervisor::new(run, plan(&args), &mut requests);
     let reason = loop {
         if let Step::Stop(r) = sup.step().await {
@@ -541,6 +557,23 @@ pub(super) fn signal_requests(mut sigs: super::Signals, requests: &mut Requests)
         loop {
             let sig = sigs.recv().await;
             if tx.send(Request::Signal(sig)).is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// reaper's job-control stops become requests to pass them on (see `Request::JobStop`); those
+/// not in `relayed` are ignored.
+pub(super) fn job_stop_requests(
+    mut stops: super::JobStops,
+    relayed: &'static [Signal],
+    requests: &mut Requests,
+) {
+    requests.feed(|tx| async move {
+        loop {
+            let sig = stops.recv().await;
+            if relayed.contains(&sig) && tx.send(Request::JobStop(sig)).is_err() {
                 break;
             }
         }

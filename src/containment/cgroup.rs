@@ -445,7 +445,6 @@ impl Containment for CgroupBackend {
             exact_emptiness: true,
             isolates_concurrent_runs: true,
             spawns_leader_inside: true,
-            leader_owns_group: false,
         }
     }
 

@@ -131,8 +131,6 @@ pub struct Capabilities {
     /// The leader is created inside the containment (`clone3(CLONE_INTO_CGROUP)`, or a join
     /// before exec), which is what `--sandbox` needs.
     pub spawns_leader_inside: bool,
-    /// The leader starts a process group of its own, so it needs the terminal handed to it.
-    pub leader_owns_group: bool,
 }
 
 /// The mechanism every backend provides.

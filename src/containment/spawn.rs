@@ -82,20 +82,33 @@ impl std::fmt::Display for ProbeError {
 /// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
 /// there (output discarded) and waits for it. For `reaper doctor`.
 pub fn probe_clone3(cgroup: BorrowedFd<'_>) -> Result<(), ProbeError> {
-    probe(cgroup, None)
+    probe(cgroup, None, &["--version"]).map(drop)
 }
 
 /// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
-/// [`probe_clone3`], with the sandbox. For `reaper doctor`.
-pub fn probe_sandbox(cgroup: BorrowedFd<'_>, pid: bool) -> Result<(), ProbeError> {
+/// [`probe_clone3`], with the sandbox, running `reaper ARGS…` there; returns what it printed.
+/// For `reaper doctor`.
+pub fn probe_sandbox(
+    cgroup: BorrowedFd<'_>,
+    pid: bool,
+    args: &[&str],
+) -> Result<Vec<u8>, ProbeError> {
     let plan = SandboxPlan::new(pid)
         .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
-    probe(cgroup, Some(&plan))
+    probe(cgroup, Some(&plan), args)
 }
 
-fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), ProbeError> {
+/// How long a probe may take before it is killed.
+const PROBE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+fn probe(
+    cgroup: BorrowedFd<'_>,
+    sandbox: Option<&SandboxPlan>,
+    args: &[&str],
+) -> Result<Vec<u8>, ProbeError> {
     use std::os::unix::ffi::OsStrExt;
     let other = ProbeError::Other;
+    let io = |e: rustix::io::Errno| other(std::io::Error::from(e).to_string());
     let program = std::ffi::OsStr::new("/proc/self/exe");
     let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
     let path = env
@@ -103,14 +116,14 @@ fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), Pr
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_os_str());
     let candidates = spawn::exec_candidates(program, path).map_err(|e| other(e.to_string()))?;
-    let cstr = |b: Vec<u8>| {
+    let cstr = |b: &[u8]| {
         std::ffi::CString::new(b)
             .map_err(|_| other("a NUL byte in an argument or the environment".into()))
     };
-    let argv = vec![
-        cstr(program.as_bytes().to_vec())?,
-        cstr(b"--version".to_vec())?,
-    ];
+    let argv = std::iter::once(program.as_bytes())
+        .chain(args.iter().map(|a| a.as_bytes()))
+        .map(cstr)
+        .collect::<Result<Vec<_>, _>>()?;
     let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
         .ok_or_else(|| other("a NUL byte in an argument or the environment".into()))?;
     let null = rustix::fs::open(
@@ -118,14 +131,16 @@ fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), Pr
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
     )
-    .map_err(|e| other(std::io::Error::from(e).to_string()))?;
+    .map_err(io)?;
+    let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io)?;
     let spec = SpawnSpec {
         candidates,
         argv,
         envp,
         cwd: None,
-        stdio: [None, Some(null.as_fd()), Some(null.as_fd())],
+        stdio: [None, Some(out_w.as_fd()), Some(null.as_fd())],
         new_process_group: false,
+        new_session: false,
         foreground_tty: None,
         parent_death_signal: Some(reaper_platform::Signal::KILL),
         cgroup,
@@ -141,20 +156,53 @@ fn probe(cgroup: BorrowedFd<'_>, sandbox: Option<&SandboxPlan>) -> Result<(), Pr
         Err(Error::Sandbox(e)) => return Err(ProbeError::Sandbox(e)),
         Err(Error::Failed(e)) => return Err(other(e.to_string())),
     };
-    // `reaper --version` exits by itself; the kill only matters if it hangs.
-    let exited = rustix::event::poll(
-        &mut [rustix::event::PollFd::new(
-            &pidfd,
+    drop(spec);
+    drop(out_w);
+    // The probe exits by itself; the kill only matters if it hangs.
+    let deadline = std::time::Instant::now() + PROBE_DEADLINE;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    let ended = loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let timeout = rustix::time::Timespec {
+            tv_sec: left.as_secs() as i64,
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [rustix::event::PollFd::new(
+            &out_r,
             rustix::event::PollFlags::IN,
-        )],
-        Some(&rustix::time::Timespec {
-            tv_sec: 5,
-            tv_nsec: 0,
-        }),
-    );
+        )];
+        match rustix::event::poll(&mut fds, Some(&timeout)) {
+            Ok(0) => break false,
+            Ok(_) => match rustix::io::read(&out_r, &mut buf) {
+                Ok(0) => break true,
+                Ok(n) if out.len() < 64 * 1024 => out.extend_from_slice(&buf[..n]),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => break true,
+            },
+            Err(rustix::io::Errno::INTR) => {}
+            Err(_) => break false,
+        }
+    };
+    let exited = ended
+        && rustix::event::poll(
+            &mut [rustix::event::PollFd::new(
+                &pidfd,
+                rustix::event::PollFlags::IN,
+            )],
+            Some(&rustix::time::Timespec {
+                tv_sec: 5,
+                tv_nsec: 0,
+            }),
+        ) == Ok(1);
     spawn::kill_and_reap(&pidfd);
-    match exited {
-        Ok(1) => Ok(()),
-        _ => Err(other("the probe did not exit within 5 s".into())),
+    if exited {
+        Ok(out)
+    } else {
+        Err(other(format!(
+            "the probe did not exit within {} s",
+            PROBE_DEADLINE.as_secs()
+        )))
     }
 }

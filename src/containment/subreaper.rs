@@ -66,7 +66,6 @@ impl Containment for SubreaperBackend {
             // reaper's whole subtree is one: stopping one run would stop the others.
             isolates_concurrent_runs: false,
             spawns_leader_inside: false,
-            leader_owns_group: false,
         }
     }
 

@@ -64,7 +64,6 @@ pub struct LeaderCommand {
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
     stdio: [Io; 3],
-    new_process_group: bool,
     terminal: bool,
 }
 
@@ -75,7 +74,6 @@ impl LeaderCommand {
             args: Vec::new(),
             envs: Vec::new(),
             stdio: [Io::Inherit, Io::Inherit, Io::Inherit],
-            new_process_group: false,
             terminal: false,
         }
     }
@@ -111,16 +109,11 @@ impl LeaderCommand {
         self
     }
 
-    /// The leader starts a process group of its own (`setpgid(0, 0)`).
-    pub fn process_group(&mut self) -> &mut Self {
-        self.new_process_group = true;
-        self
-    }
-
-    /// The leader may use reaper's controlling terminal as a foreground job does: if it starts
-    /// a process group of its own (the `pgid` backend does), reaper hands that group the
-    /// terminal and passes job control (Ctrl-Z, `fg`) through. Not for a reaper that reads the
-    /// terminal itself (`reaper mcp`, `--on-stdin-eof`): it would be stopped by SIGTTIN.
+    /// The leader may use reaper's controlling terminal as a foreground job does: reaper hands
+    /// the leader's process group the terminal and passes job control (Ctrl-Z, `fg`) through.
+    /// Not for a reaper that reads the terminal itself (`reaper mcp`, `--on-stdin-eof`): it
+    /// would be stopped by SIGTTIN. Not under `--sandbox`, whose leader has a session of its
+    /// own and so no controlling terminal.
     pub fn use_terminal(&mut self) -> &mut Self {
         self.terminal = true;
         self
@@ -128,10 +121,6 @@ impl LeaderCommand {
 
     pub fn wants_terminal(&self) -> bool {
         self.terminal
-    }
-
-    pub fn starts_own_group(&self) -> bool {
-        self.new_process_group
     }
 
     /// argv as text, for reports and messages.
@@ -150,9 +139,7 @@ impl LeaderCommand {
             .envs(self.envs.iter().map(|(k, v)| (k, v)));
         let [i, o, e] = std::mem::replace(&mut self.stdio, [Io::Inherit, Io::Inherit, Io::Inherit]);
         cmd.stdin(i).stdout(o).stderr(e);
-        if self.new_process_group {
-            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        }
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd
     }
 
@@ -301,9 +288,9 @@ pub(super) fn spawn(
             }
             let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == SandboxMode::Pid)
                 .map_err(|e| refused(format!("--sandbox: cannot prepare the sandbox: {e}")))?;
-            // A non-root user's sandbox lives in a user namespace of its own: where the kernel
-            // forbids unprivileged ones, say so by name rather than fail on a later step.
-            if plan.user_namespace()
+            // The sandbox lives in a user namespace of its own: where the kernel forbids
+            // unprivileged ones, say so by name rather than fail on a later step.
+            if plan.unprivileged()
                 && reaper_platform::linux::namespaces::unprivileged_userns() == Some(false)
             {
                 return Err(refused(
@@ -322,33 +309,36 @@ pub(super) fn spawn(
         match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
             Ok(s) => return Ok(s),
             Err(Error::Sandbox(e)) => {
-                let user = plan.as_ref().is_some_and(|p| p.user_namespace());
-                return Err(refused(step_refused(e, user)));
+                let unprivileged = plan.as_ref().is_some_and(|p| p.unprivileged());
+                return Err(refused(step_refused(e, unprivileged)));
             }
             Err(Error::Failed(e)) => return Err(cmd.explain(e)),
-            // With CLONE_NEWPID the refusal may be the namespace's (EPERM without
-            // CAP_SYS_ADMIN), not clone3's: say so, and keep clone3 for other runs.
-            Err(Error::Unsupported(e)) if plan.as_ref().is_some_and(|p| p.pid_namespace()) => {
+            Err(Error::Unsupported(e)) if plan.is_some() => {
                 return Err(refused(format!(
-                    "--sandbox: cannot create the PID namespace (clone3 with CLONE_NEWPID): {e}"
+                    "--sandbox needs clone3(CLONE_INTO_CGROUP | CLONE_NEWUSER), which this \
+                     kernel refused: {e}"
                 )));
             }
             Err(Error::Unsupported(e)) => crate::containment::spawn::give_up(&e),
+            Err(Error::CgroupRefused(e)) if plan.is_some() => {
+                return Err(refused(format!(
+                    "--sandbox: the kernel would not create the leader in the run's cgroup: {e}"
+                )));
+            }
             Err(Error::CgroupRefused(e)) => {
                 tracing::debug!("clone3 into the run cgroup refused ({e}); trying cgroup.procs");
             }
         }
     }
+    // The user namespace's maps are written by reaper between the clone and the child's next
+    // step, which only the clone3 path can wait for.
     #[cfg(target_os = "linux")]
-    if plan.as_ref().is_some_and(|p| p.pid_namespace()) {
+    if plan.is_some() {
         return Err(refused(
-            "--sandbox=pid needs clone3(CLONE_INTO_CGROUP), which this kernel refused \
-             (REAPER_CLONE3=0, or a seccomp filter); --sandbox without =pid works without it",
+            "--sandbox needs clone3(CLONE_INTO_CGROUP), which is not used here (REAPER_CLONE3=0, \
+             or a seccomp filter refused it earlier): run `reaper doctor`",
         ));
     }
-    #[cfg(target_os = "linux")]
-    return spawn_std(&mut cmd, backend, tty, plan).map_err(|e| cmd.explain(e));
-    #[cfg(not(target_os = "linux"))]
     spawn_std(&mut cmd, backend, tty).map_err(|e| cmd.explain(e))
 }
 
@@ -356,12 +346,12 @@ pub(super) fn spawn(
 /// made but gives no capability: Ubuntu's AppArmor lets an unconfined program create a user
 /// namespace and then denies it every capability there.
 #[cfg(target_os = "linux")]
-fn step_refused(e: reaper_platform::linux::sandbox::StepError, user_namespace: bool) -> String {
+fn step_refused(e: reaper_platform::linux::sandbox::StepError, unprivileged: bool) -> String {
     use reaper_platform::linux::sandbox::Step;
     let restricted =
         std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
             .is_ok_and(|s| s.trim() == "1");
-    if user_namespace
+    if unprivileged
         && e.step != Step::UserNamespace
         && matches!(e.errno, libc::EPERM | libc::EACCES)
         && restricted
@@ -380,7 +370,6 @@ fn spawn_std(
     cmd: &mut LeaderCommand,
     backend: &Backend,
     tty: Option<std::os::fd::RawFd>,
-    #[cfg(target_os = "linux")] sandbox: Option<reaper_platform::linux::sandbox::SandboxPlan>,
 ) -> std::io::Result<Spawned> {
     let mut cmd = cmd.take_std();
     backend.prepare(&mut cmd);
@@ -416,62 +405,7 @@ fn spawn_std(
             });
         }
     }
-    // After the backend's pre_exec (registered first, so run first): the leader is in its
-    // cgroup when the sandbox's cgroup namespace is created. The failed step comes back through
-    // a pipe of its own (std carries only the errno).
-    #[cfg(target_os = "linux")]
-    let user_namespace = sandbox.as_ref().is_some_and(|p| p.user_namespace());
-    #[cfg(target_os = "linux")]
-    let step_pipe = match sandbox {
-        None => None,
-        Some(plan) => {
-            use std::os::fd::AsRawFd;
-            use std::os::unix::process::CommandExt;
-            let (r, w) = rustix::pipe::pipe_with(
-                rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
-            )?;
-            let wfd = w.as_raw_fd();
-            // SAFETY: `apply` makes system calls only (its contract); `write` of a local array
-            // and `from_raw_os_error` allocate nothing.
-            unsafe {
-                cmd.pre_exec(move || match plan.apply() {
-                    Ok(()) => Ok(()),
-                    Err(e) => {
-                        let b = (e.step as u32).to_ne_bytes();
-                        libc::write(wfd, b.as_ptr().cast(), b.len());
-                        Err(std::io::Error::from_raw_os_error(e.errno))
-                    }
-                });
-            }
-            Some((r, w))
-        }
-    };
-    #[cfg(target_os = "linux")]
-    let spawn_result = cmd.spawn().map_err(|e| match step_pipe {
-        None => e,
-        Some((r, w)) => {
-            drop(w);
-            let mut b = [0u8; 4];
-            match rustix::io::read(&r, &mut b) {
-                Ok(4) => {
-                    match reaper_platform::linux::sandbox::Step::from_raw(u32::from_ne_bytes(b)) {
-                        Some(step) => refused(step_refused(
-                            reaper_platform::linux::sandbox::StepError {
-                                step,
-                                errno: e.raw_os_error().unwrap_or(libc::EIO),
-                            },
-                            user_namespace,
-                        )),
-                        None => e,
-                    }
-                }
-                _ => e,
-            }
-        }
-    });
-    #[cfg(not(target_os = "linux"))]
-    let spawn_result = cmd.spawn();
-    let mut child = spawn_result?;
+    let mut child = cmd.spawn()?;
     let pipes = Pipes {
         stdin: child.stdin.take(),
         stdout: child.stdout.take(),
@@ -561,7 +495,10 @@ mod clone3 {
             envp,
             cwd: None,
             stdio: [0, 1, 2].map(|i| child_ends[i].as_ref().map(|f| f.as_fd())),
-            new_process_group: cmd.new_process_group,
+            new_process_group: true,
+            // The sandbox's leader cannot reach reaper's terminal: no `vhangup`, no TIOCSTI,
+            // no SIGHUP or job-control signal through it.
+            new_session: sandbox.is_some(),
             foreground_tty: tty,
             parent_death_signal: Some(reaper_platform::Signal::KILL),
             cgroup,

@@ -136,6 +136,26 @@ impl Leader {
     }
 }
 
+impl Leader {
+    /// reaper itself got a job-control stop (a Ctrl-Z reached reaper's group, which is not the
+    /// leader's): the leader's group gets the same signal, as the terminal would have sent it
+    /// had that group been in the foreground; then reaper's own job stops, and once the shell
+    /// continues it, the leader's group is continued too. A leader that has exited leaves only
+    /// reaper's own job to stop.
+    pub(super) fn relay_stop(&mut self, sig: Signal) {
+        let group = (!self.gone)
+            .then(|| reaper_platform::Pid::from_raw(self.handle.raw_pid()))
+            .flatten();
+        if let Some(g) = group {
+            let _ = signal::to_process_group(g, sig);
+        }
+        signal::stop_own_job();
+        if let Some(g) = group {
+            let _ = signal::to_process_group(g, Signal::CONT);
+        }
+    }
+}
+
 impl Drop for Leader {
     fn drop(&mut self) {
         self.release_terminal();

@@ -42,10 +42,11 @@ impl Run {
             tracing::debug!("not a subreaper: {e}");
         }
         let sigchld = unix_signal(SignalKind::child()).ok();
-        // A leader in a process group of its own needs the terminal handed to it, or its first
-        // read from it stops it (SIGTTIN).
-        let terminal = (cmd.wants_terminal()
-            && (cmd.starts_own_group() || backend.capabilities().leader_owns_group))
+        // The leader leads a process group of its own, so that the tree never shares reaper's
+        // or the caller's (`kill 0` stays inside): it needs the terminal handed to it, or its
+        // first read from it stops it (SIGTTIN). A sandboxed one leads a session of its own,
+        // which no terminal can be handed to.
+        let terminal = (cmd.wants_terminal() && opts.sandbox.is_none())
             .then(Foreground::if_foreground)
             .flatten();
         // The reaping lock from the spawn to `register_leader` (no `.await` in between): no

@@ -38,6 +38,10 @@ pub enum Request {
     StdinEof,
     /// The MCP server is going away.
     Shutdown,
+    /// reaper got a job-control stop (Ctrl-Z, SIGTSTP/SIGTTIN/SIGTTOU): the tree, in a process
+    /// group of its own, is stopped the same way with reaper's job, and continued with it. Not a
+    /// stop of the run.
+    JobStop(Signal),
 }
 
 /// Where a first signal goes.
@@ -384,6 +388,10 @@ impl<'r> Supervisor<'r> {
                 _ => None,
             },
             Request::Shutdown => self.decide(StopReason::Shutdown),
+            Request::JobStop(sig) => {
+                self.run.leader.relay_stop(sig);
+                None
+            }
         }
     }
 

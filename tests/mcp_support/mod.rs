@@ -78,6 +78,9 @@ pub async fn start_with_stderr(opts: Options<'_>, stderr: Stdio) -> Server {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr)
+        // A group of its own: a call that reached the server's group (the bug the tests of
+        // tests/reach.rs attack) must not reach the test harness too.
+        .process_group(0)
         .kill_on_drop(true);
     let mut child = cmd.spawn().expect("reaper mcp starts");
     let stdin = child.stdin.take().expect("piped stdin");

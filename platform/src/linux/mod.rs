@@ -9,6 +9,7 @@ pub mod pidfd;
 pub mod procfs;
 pub mod proctable;
 pub mod sandbox;
+pub mod seccomp;
 pub mod spawn;
 pub mod subreaper;
 pub mod systemd;

@@ -35,6 +35,18 @@ pub fn find_cgroup2_mount(mountinfo: &str) -> Option<Cgroup2Mount> {
     })
 }
 
+/// Whether the first cgroup2 file system is mounted with `nsdelegate` (a super option, after
+/// the source in a mountinfo line): then the kernel itself refuses a move across a cgroup
+/// namespace's root, through any file or fd (cgroup-v2.rst, "Delegation Containment").
+pub fn cgroup2_nsdelegate(mountinfo: &str) -> bool {
+    let first = mountinfo.lines().find_map(|line| {
+        let (_, post) = line.split_once(" - ")?;
+        let mut f = post.split(' ');
+        (f.next()? == "cgroup2").then(|| f.nth(1).unwrap_or(""))
+    });
+    first.is_some_and(|opts| opts.split(',').any(|o| o == "nsdelegate"))
+}
+
 /// Whether any cgroup v1 hierarchy is mounted too ("hybrid" mode, as on this project's CI).
 pub fn has_cgroup_v1(mountinfo: &str) -> bool {
     mountinfo.lines().any(|l| {
@@ -143,6 +155,13 @@ mod tests {
     fn pure_v2_mount_with_optional_fields() {
         let m = find_cgroup2_mount(PURE_V2).unwrap();
         assert_eq!(m.mount_point, PathBuf::from("/sys/fs/cgroup"));
+    }
+
+    #[test]
+    fn nsdelegate_is_a_super_option_of_the_cgroup2_mount() {
+        assert!(cgroup2_nsdelegate(PURE_V2));
+        assert!(!cgroup2_nsdelegate(HYBRID));
+        assert!(!cgroup2_nsdelegate(""));
     }
 
     #[test]

@@ -1,33 +1,35 @@
 //! The sandbox a leader starts in (`--sandbox`), so that even as root it cannot leave its cgroup:
 //!
-//! - a mount namespace of its own, with every cgroup file system, `/sys` and `/proc/sys`
-//!   read-only. A user namespace the command creates later copies these mounts *locked*
-//!   (`MNT_LOCKED`, `MNT_LOCK_READONLY`: mounts inherited by a less privileged mount namespace),
-//!   so not even a "root" of its own user namespace can remount them writable. `/proc/sys`
-//!   because `kernel/core_pattern` and `kernel/modprobe` make the kernel start a program of the
-//!   writer's choice outside every cgroup;
+//! - a user namespace of its own, made by the clone, whose maps the parent writes before the
+//!   child goes on: for root every id reaper's namespace has, mapped onto itself (files, `chown`
+//!   and `setuid` work as before); for another user only their own uid and gid (the only mapping
+//!   an unprivileged parent may write). Every capability the command has is then one of this
+//!   namespace, good for the run's own namespaces and for files, never for a process outside:
+//!   the kernel's ptrace check across user namespaces asks for `CAP_SYS_PTRACE` in the target's
+//!   namespace (`cap_ptrace_access_check`), so `/proc/PID/root` of a process outside — its mount
+//!   namespace, where the cgroup file system is writable — stays closed even after `setuid` to
+//!   that process's uid; and `vhangup`, module loading, raw I/O and the like need the initial
+//!   namespace's capabilities;
+//! - a mount namespace of its own (owned by that user namespace, so every mount is copied
+//!   *locked*: `MNT_LOCKED`, `MNT_LOCK_READONLY`), with every cgroup file system, `/sys` and
+//!   `/proc/sys` read-only. `/proc/sys` because `kernel/core_pattern` and `kernel/modprobe` make
+//!   the kernel start a program of the writer's choice outside every cgroup;
 //! - a cgroup namespace rooted at the run's cgroup (the leader is already in it when this runs),
-//!   so no `cgroup.procs` outside the run is visible, and the kernel refuses a move to or from a
-//!   cgroup outside the namespace's root even through a file opened elsewhere (ENOENT);
+//!   so no `cgroup.procs` outside the run is visible;
 //! - optionally a PID namespace (the clone flag is the caller's) with its own `/proc`;
-//! - for a non-root user, a user namespace first, mapping only the user's own uid and gid (the
-//!   only mapping an unprivileged process may write), so that the steps above, which need
-//!   `CAP_SYS_ADMIN`, run with the capabilities the child has in its own user namespace. The
-//!   command keeps its ids (files, sockets and signals work as before) and, as a non-root uid
-//!   there, has no capability left after exec. Being in a user namespace of its own also closes
-//!   `/proc/PID/root` of the user's processes outside (their mount namespace, where the cgroup
-//!   file system is writable): the kernel's ptrace check across user namespaces asks for
-//!   `CAP_SYS_PTRACE` in the target's namespace (`cap_ptrace_access_check`);
 //! - `PR_SET_NO_NEW_PRIVS`, and [`DROPPED`] removed from the bounding, ambient, inheritable,
-//!   permitted and effective sets, so the command cannot undo any of the above: no `mount`,
-//!   `umount`, `setns` (both need `CAP_SYS_ADMIN`), no `ptrace` of a process outside, no module.
+//!   permitted and effective sets, so the command cannot undo any of the above even in its own
+//!   user namespace: no `mount`, `umount`, `setns`;
+//! - the seccomp filter of [`super::seccomp`]: no `clone3` (whose `CLONE_INTO_CGROUP` needs only
+//!   a directory fd, which the read-only mount still gives), no new cgroup namespace.
 //!
 //! [`SandboxPlan::new`] computes everything before the clone (it reads `/proc` and allocates);
-//! [`SandboxPlan::apply`] runs in the child between clone and exec and only makes system calls on
-//! that prepared data (see `spawn.rs`: the child of a multi-threaded parent must not allocate).
-//! The `caps` crate names the capabilities and reads which ones this kernel knows; its
-//! set-manipulating functions build hash sets (they allocate), so the child uses `prctl` and
-//! `capset` directly on masks computed here.
+//! [`SandboxPlan::write_maps`] runs in the parent right after the clone; [`SandboxPlan::apply`]
+//! runs in the child between clone and exec and only makes system calls on that prepared data
+//! (see `spawn.rs`: the child of a multi-threaded parent must not allocate). The `caps` crate
+//! names the capabilities and reads which ones this kernel knows; its set-manipulating functions
+//! build hash sets (they allocate), so the child uses `prctl` and `capset` directly on masks
+//! computed here.
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
@@ -35,20 +37,20 @@ use std::path::{Path, PathBuf};
 
 use caps::Capability;
 
-/// What the sandbox takes away, and why each one:
-/// - `SYS_ADMIN`: `mount`/`umount`/remount, `setns`, `unshare` of mount and cgroup namespaces,
-///   a fresh cgroup2 mount — every way to undo the mount and cgroup namespaces;
-/// - `SYS_PTRACE`: attaching to (or `process_vm_writev` into) a root process outside the run and
-///   making it do the move, and `/proc/PID/root` of such a process (its mount namespace, where
-///   the cgroup file system is writable);
+/// What the sandbox takes away even inside its user namespace, and why each one:
+/// - `SYS_ADMIN`: `mount`/`umount`/remount, `setns`, `unshare` of mount namespaces, a fresh
+///   cgroup2 mount of the run's cgroup namespace (whose limit files it could write);
+/// - `SYS_PTRACE`: attaching to another process of the run that holds what this one lacks;
 /// - `DAC_READ_SEARCH`: `open_by_handle_at` opens files by handle, past the mount namespace;
 /// - `SYS_MODULE`, `SYS_RAWIO`, `BPF`, `PERFMON`: kernel code, kernel memory, and BPF programs
 ///   that write user memory — any of them can do anything;
 /// - `SYS_BOOT`: `kexec_load` replaces the kernel the containment lives in.
 ///
-/// Not dropped: what root's everyday work needs (`DAC_OVERRIDE`, `CHOWN`, `FOWNER`, `KILL`,
-/// `NET_ADMIN`, `NET_BIND_SERVICE`, `SETUID`/`SETGID`, …): none of them moves a process
-/// between cgroups or leaves a namespace.
+/// Most of these need the initial user namespace anyway; dropped, they stay gone in any user
+/// namespace the command creates later. Not dropped: what root's everyday work needs
+/// (`DAC_OVERRIDE`, `CHOWN`, `FOWNER`, `KILL`, `SETUID`/`SETGID`, …), which in the run's user
+/// namespace reach files and processes of the same uid, nothing that moves a process between
+/// cgroups.
 pub const DROPPED: &[Capability] = &[
     Capability::CAP_SYS_ADMIN,
     Capability::CAP_SYS_PTRACE,
@@ -75,6 +77,7 @@ pub enum Step {
     Capabilities,
     UserNamespace,
     UserMaps,
+    Seccomp,
 }
 
 impl Step {
@@ -91,12 +94,13 @@ impl Step {
             Step::CapabilityAmbient => "clear the ambient capabilities",
             Step::Capabilities => "drop capabilities (capset)",
             Step::UserNamespace => {
-                "create a user namespace (CLONE_NEWUSER; a non-root user's sandbox needs \
-                 unprivileged user namespaces: user.max_user_namespaces, \
-                 kernel.unprivileged_userns_clone, AppArmor's \
+                "create a user namespace (clone3 with CLONE_NEWUSER; user.max_user_namespaces \
+                 must be above 0, and a non-root user's sandbox needs unprivileged user \
+                 namespaces: kernel.unprivileged_userns_clone, AppArmor's \
                  kernel.apparmor_restrict_unprivileged_userns; see `reaper doctor`)"
             }
             Step::UserMaps => "write the user namespace's setgroups, uid_map and gid_map",
+            Step::Seccomp => "install the seccomp filter (PR_SET_SECCOMP)",
         }
     }
 
@@ -114,6 +118,7 @@ impl Step {
             Capabilities,
             UserNamespace,
             UserMaps,
+            Seccomp,
         ]
         .into_iter()
         .find(|s| *s as u32 == n)
@@ -153,15 +158,20 @@ pub struct SandboxPlan {
     drop_indices: Vec<u8>,
     /// The same as a mask of the 64-bit capability sets.
     drop_mask: u64,
-    /// A non-root user's sandbox: the user namespace's maps, written by the child itself.
-    user: Option<UserMaps>,
+    /// The user namespace's maps, written by the parent ([`SandboxPlan::write_maps`]).
+    maps: UserMaps,
+    /// The seccomp program (`super::seccomp`).
+    filter: Vec<libc::sock_filter>,
 }
 
-/// `/proc/self/uid_map` and `gid_map` lines mapping the user's own ids onto themselves.
+/// `uid_map` and `gid_map` contents, and whether `setgroups` is denied first.
 #[derive(Debug)]
 struct UserMaps {
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
+    /// An unprivileged writer may write a gid map only once `setgroups(2)` is denied in the
+    /// namespace (user_namespaces(7)); root keeps `setgroups`.
+    deny_setgroups: bool,
 }
 
 /// include/uapi/linux/mount.h, fcntl.h.
@@ -203,10 +213,9 @@ fn c(p: &Path) -> std::io::Result<CString> {
 
 impl SandboxPlan {
     /// The plan for this machine: `/sys` and every cgroup mount (read from
-    /// `/proc/self/mountinfo`), `/proc/sys`; `pid_namespace` when the caller clones the child
-    /// with `CLONE_NEWPID`.
-    /// A non-root caller (effective uid not 0) gets a user namespace of its own first (see the
-    /// module's comment).
+    /// `/proc/self/mountinfo`), `/proc/sys`; `pid_namespace` when the child is to be PID 1 of a
+    /// new PID namespace. The user namespace maps root's every id onto itself, another user's
+    /// own uid and gid only.
     pub fn new(pid_namespace: bool) -> std::io::Result<SandboxPlan> {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")?;
         let mut ro: Vec<PathBuf> = Vec::new();
@@ -232,7 +241,8 @@ impl SandboxPlan {
             pid_namespace,
             drop_indices: drop.iter().map(|c| c.index()).collect(),
             drop_mask: drop.iter().fold(0, |m, c| m | c.bitmask()),
-            user: user_maps(),
+            maps: user_maps()?,
+            filter: super::seccomp::sandbox_filter(),
         })
     }
 
@@ -240,21 +250,41 @@ impl SandboxPlan {
         self.pid_namespace
     }
 
-    /// Whether the child gets a user namespace of its own (the caller is not root).
-    pub fn user_namespace(&self) -> bool {
-        self.user.is_some()
+    /// Whether the user namespace is an unprivileged one (reaper is not root): the kernel may
+    /// forbid those (`unprivileged_userns_clone`, AppArmor) where it allows root's.
+    pub fn unprivileged(&self) -> bool {
+        self.maps.deny_setgroups
     }
 
-    /// The namespace flags the clone itself must carry: `CLONE_NEWPID` for a PID namespace, and
-    /// then `CLONE_NEWUSER` with it for a non-root user (the PID namespace must belong to the
-    /// user namespace, which `unshare` cannot make after the clone; [`SandboxPlan::apply`]
-    /// creates the user namespace itself otherwise).
+    /// The namespace flags the clone itself must carry: `CLONE_NEWUSER` always (its maps are the
+    /// parent's to write, which it can do only for a child, not for itself), and `CLONE_NEWPID`
+    /// for a PID namespace, which then belongs to the new user namespace.
     pub fn clone_flags(&self) -> u64 {
-        match (self.pid_namespace, self.user.is_some()) {
-            (false, _) => 0,
-            (true, false) => libc::CLONE_NEWPID as u64,
-            (true, true) => (libc::CLONE_NEWPID | libc::CLONE_NEWUSER) as u64,
+        let pid = if self.pid_namespace {
+            libc::CLONE_NEWPID as u64
+        } else {
+            0
+        };
+        libc::CLONE_NEWUSER as u64 | pid
+    }
+
+    /// Writes the maps of the user namespace the child `pid` was cloned into: the parent's part,
+    /// right after the clone, while the child waits. A writer needs `CAP_SETUID` in the
+    /// namespace *above* the new one for any map but its own uid, so the child cannot write
+    /// root's.
+    pub fn write_maps(&self, pid: rustix::process::Pid) -> Result<(), StepError> {
+        let pid = pid.as_raw_nonzero().get();
+        let write = |file: &str, data: &[u8]| {
+            std::fs::write(format!("/proc/{pid}/{file}"), data).map_err(|e| StepError {
+                step: Step::UserMaps,
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            })
+        };
+        if self.maps.deny_setgroups {
+            write("setgroups", b"deny")?;
         }
+        write("uid_map", &self.maps.uid_map)?;
+        write("gid_map", &self.maps.gid_map)
     }
 
     /// Puts the calling process into the sandbox: call it in the child after the clone (and after
@@ -275,39 +305,6 @@ impl SandboxPlan {
         // SAFETY: system calls on C strings and plain structs built before the clone (or on the
         // stack here); see `# Safety`.
         unsafe {
-            if let Some(user) = &self.user {
-                // With a PID namespace the clone made the user namespace (`clone_flags`).
-                if !self.pid_namespace && libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                    return Err(fail(Step::UserNamespace));
-                }
-                // An unprivileged writer may map only its own ids, and the gid map only once
-                // setgroups(2) is denied in the namespace (user_namespaces(7)).
-                for (file, line) in [
-                    (c"/proc/self/setgroups", &b"deny"[..]),
-                    (c"/proc/self/uid_map", &user.uid_map[..]),
-                    (c"/proc/self/gid_map", &user.gid_map[..]),
-                ] {
-                    let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
-                        return Err(fail(Step::UserMaps));
-                    }
-                    let n = libc::write(fd, line.as_ptr().cast(), line.len());
-                    if n != line.len() as isize {
-                        // A short write sets no errno: the kernel took part of a map line.
-                        let e = if n < 0 {
-                            fail(Step::UserMaps)
-                        } else {
-                            StepError {
-                                step: Step::UserMaps,
-                                errno: libc::EIO,
-                            }
-                        };
-                        libc::close(fd);
-                        return Err(e);
-                    }
-                    libc::close(fd);
-                }
-            }
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
                 return Err(fail(Step::MountNamespace));
             }
@@ -417,23 +414,60 @@ impl SandboxPlan {
             {
                 return Err(fail(Step::Capabilities));
             }
+            // Last: the steps above use unshare, which the filter restricts. No new privileges
+            // is set, so no capability is needed.
+            let prog = libc::sock_fprog {
+                len: self.filter.len() as libc::c_ushort,
+                filter: self.filter.as_ptr().cast_mut(),
+            };
+            if libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(fail(Step::Seccomp));
+            }
         }
         Ok(())
     }
 }
 
-/// The maps for a non-root caller; `None` for root, whose sandbox needs no user namespace.
-fn user_maps() -> Option<UserMaps> {
+/// The maps for this caller. Root: every range of its own user namespace's ids onto itself (in
+/// the initial namespace, `0 0 4294967295`), so files of any owner keep their meaning. Anyone
+/// else: their effective uid and gid onto themselves, the only map an unprivileged writer may
+/// write.
+fn user_maps() -> std::io::Result<UserMaps> {
     let uid = rustix::process::geteuid();
-    if uid.is_root() {
-        return None;
+    if !uid.is_root() {
+        let uid = uid.as_raw();
+        let gid = rustix::process::getegid().as_raw();
+        return Ok(UserMaps {
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+            deny_setgroups: true,
+        });
     }
-    let uid = uid.as_raw();
-    let gid = rustix::process::getegid().as_raw();
-    Some(UserMaps {
-        uid_map: format!("{uid} {uid} 1").into_bytes(),
-        gid_map: format!("{gid} {gid} 1").into_bytes(),
+    Ok(UserMaps {
+        uid_map: identity_map(&std::fs::read_to_string("/proc/self/uid_map")?),
+        gid_map: identity_map(&std::fs::read_to_string("/proc/self/gid_map")?),
+        deny_setgroups: false,
     })
+}
+
+/// `ID-inside ID-outside COUNT` lines of a map (user_namespaces(7)) turned into lines that map
+/// each inside range onto itself.
+fn identity_map(map: &str) -> Vec<u8> {
+    let mut out = String::new();
+    for line in map.lines() {
+        let mut f = line.split_whitespace();
+        if let (Some(inside), Some(_), Some(count)) = (f.next(), f.next(), f.next()) {
+            out.push_str(&format!("{inside} {inside} {count}\n"));
+        }
+    }
+    out.into_bytes()
 }
 
 #[cfg(test)]
@@ -450,6 +484,19 @@ mod tests {
         assert_eq!(Step::from_raw(1), Some(Step::MountNamespace));
         assert_eq!(Step::from_raw(9), Some(Step::Capabilities));
         assert_eq!(Step::from_raw(0), None);
+    }
+
+    #[test]
+    fn root_maps_every_id_of_its_namespace_onto_itself() {
+        assert_eq!(
+            identity_map("         0          0 4294967295\n"),
+            b"0 0 4294967295\n"
+        );
+        // A container's namespace: its ids, not the host's.
+        assert_eq!(
+            identity_map("0 100000 65536\n65536 1000 1\n"),
+            b"0 0 65536\n65536 65536 1\n"
+        );
     }
 
     #[test]

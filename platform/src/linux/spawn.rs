@@ -38,6 +38,9 @@ pub struct SpawnSpec<'a> {
     pub stdio: [Option<BorrowedFd<'a>>; 3],
     /// `setpgid(0, 0)`: the child leads a new process group.
     pub new_process_group: bool,
+    /// `setsid()`: the child leads a new session (and process group), without a controlling
+    /// terminal. Wins over `new_process_group`.
+    pub new_session: bool,
     /// With `new_process_group`: a terminal whose foreground group the new group becomes
     /// ([`crate::terminal::child_take_foreground`]).
     pub foreground_tty: Option<RawFd>,
@@ -46,8 +49,9 @@ pub struct SpawnSpec<'a> {
     pub parent_death_signal: Option<rustix::process::Signal>,
     /// An fd of the cgroup's directory (`O_RDONLY` or `O_PATH`).
     pub cgroup: BorrowedFd<'a>,
-    /// `--sandbox`: applied in the child once it is in the cgroup, before anything else; with
-    /// its PID namespace, the clone has `CLONE_NEWPID` and the child is PID 1 of it.
+    /// `--sandbox`: the clone makes its user (and PID) namespace, the parent writes the maps,
+    /// then the child applies the rest once it is in the cgroup, before anything else; with a
+    /// PID namespace the child is PID 1 of it.
     pub sandbox: Option<&'a SandboxPlan>,
 }
 
@@ -196,6 +200,16 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         None
     };
 
+    // A sandboxed child waits on this pipe until the parent has written its user namespace's
+    // maps: without them it is nobody there, and its steps would fail.
+    let maps_written = match spec.sandbox {
+        Some(_) => Some(
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| failed(e.into()))?,
+        ),
+        None => None,
+    };
+
     let mut pidfd: RawFd = -1;
     let mut args = CloneArgs {
         flags: CLONE_PIDFD | CLONE_INTO_CGROUP | spec.sandbox.map_or(0, |s| s.clone_flags()),
@@ -228,6 +242,9 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
                     err_fd: err_write.as_raw_fd(),
                     parent,
                     parent_fd: parent_fd.as_ref().map(|f| f.as_raw_fd()),
+                    maps_written: maps_written
+                        .as_ref()
+                        .map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
                 },
             )
         }
@@ -235,6 +252,14 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     if ret < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
+            // The user namespace the sandbox needs (max_user_namespaces 0, unprivileged ones
+            // disabled, too many): not clone3's refusal.
+            Some(code @ (libc::EPERM | libc::ENOSPC | libc::EUSERS)) if spec.sandbox.is_some() => {
+                SpawnError::Sandbox(StepError {
+                    step: Step::UserNamespace,
+                    errno: code,
+                })
+            }
             Some(libc::ENOSYS | libc::E2BIG | libc::EINVAL | libc::EPERM) => {
                 SpawnError::Unsupported(e)
             }
@@ -247,6 +272,15 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     let pid = Pid::from_raw(ret as i32).ok_or_else(|| failed(std::io::Error::other("pid 0")))?;
     let handle = Pidfd::from_parts(pidfd, pid);
     drop(err_write);
+    if let (Some(plan), Some((r, w))) = (spec.sandbox, maps_written) {
+        drop(r);
+        if let Err(e) = plan.write_maps(pid) {
+            kill_and_reap(&handle);
+            return Err(SpawnError::Sandbox(e));
+        }
+        // The child goes on (or, with EOF, gives up: the parent would be gone).
+        let _ = rustix::io::write(&w, b"1");
+    }
 
     // EOF: the exec happened (the pipe was close-on-exec). Eight bytes: the child's errno, and
     // the sandbox step that failed (0: not the sandbox).
@@ -314,6 +348,8 @@ struct ChildPlan<'a> {
     parent: Pid,
     /// With a new PID namespace: a pidfd of reaper, to check its death against.
     parent_fd: Option<RawFd>,
+    /// The sandbox's pipe (read end, write end): one byte once the maps are written.
+    maps_written: Option<(RawFd, RawFd)>,
 }
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
@@ -337,6 +373,7 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         err_fd,
         parent,
         parent_fd,
+        maps_written,
     } = plan;
     let fail_step = |errno: i32, step: u32| -> ! {
         let e = errno.to_ne_bytes();
@@ -385,13 +422,32 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 }
             }
         }
+        if let Some((read, write)) = maps_written {
+            // Only the parent's end may keep the pipe open; reaper's death (PDEATHSIG above)
+            // ends this wait too.
+            libc::close(write);
+            let mut byte = 0u8;
+            loop {
+                match libc::read(read, (&mut byte as *mut u8).cast(), 1) {
+                    1 => break,
+                    n if n < 0 && errno() == libc::EINTR => continue,
+                    _ => libc::_exit(1),
+                }
+            }
+            libc::close(read);
+        }
         if let Some(plan) = spec.sandbox {
-            // SAFETY: in the child after the clone, which is already in its cgroup.
+            // SAFETY: in the child after the clone, which is already in its cgroup, with its
+            // user namespace's maps written.
             if let Err(e) = plan.apply() {
                 fail_step(e.errno, e.step as u32);
             }
         }
-        if spec.new_process_group {
+        if spec.new_session {
+            if libc::setsid() < 0 {
+                fail(errno());
+            }
+        } else if spec.new_process_group {
             if libc::setpgid(0, 0) != 0 {
                 fail(errno());
             }
@@ -448,6 +504,41 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
             }
         }
         fail(if seen_eacces { libc::EACCES } else { last })
+    }
+}
+
+/// Whether this process may create a child in the cgroup `dir` names with
+/// `clone3(CLONE_INTO_CGROUP)`: tries it, with a child that exits at once, and waits for it.
+/// `Ok(())` means it could (the child ran in that cgroup for an instant); the error is the
+/// kernel's (or a seccomp filter's) refusal. For a sandbox's self-check.
+pub fn try_clone_into(dir: BorrowedFd<'_>) -> std::io::Result<()> {
+    let mut args = CloneArgs {
+        flags: CLONE_INTO_CGROUP,
+        exit_signal: libc::SIGCHLD as u64,
+        cgroup: dir.as_raw_fd() as u64,
+        ..CloneArgs::default()
+    };
+    // SAFETY: without CLONE_VM the child gets a copy of this address space, like fork(2); it
+    // only calls `_exit`.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            &mut args as *mut CloneArgs,
+            std::mem::size_of::<CloneArgs>(),
+        )
+    };
+    match ret {
+        // SAFETY: in the child; `_exit` runs nothing of the parent's.
+        0 => unsafe { libc::_exit(0) },
+        r if r < 0 => Err(std::io::Error::last_os_error()),
+        pid => {
+            let mut status = 0;
+            // SAFETY: waits for our own child by its pid; `status` is a local.
+            while unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) } < 0
+                && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR)
+            {}
+            Ok(())
+        }
     }
 }
 

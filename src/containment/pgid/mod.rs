@@ -276,7 +276,6 @@ impl Containment for PgidBackend {
             // orphans, so a fast double-fork escapes with one run as with many.
             isolates_concurrent_runs: true,
             spawns_leader_inside: false,
-            leader_owns_group: true,
         }
     }
 
