@@ -491,16 +491,32 @@ impl Guardian {
 /// be dead, and tells when reaper's supervisor leaf is empty.
 pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     ignore_stop_signals();
+    // reaper's PID namespace is the guardian's own: reaper forks (or spawns) it before anything
+    // else, and never enters another namespace itself (only a sandboxed leader gets one).
+    let pidns = match procfs::pid_namespace() {
+        Ok(ns) => ns,
+        Err(e) => {
+            say!("reaper guardian: cannot read /proc/self/ns/pid: {e}; reaper's cgroups are left to the next reaper's stale sweep");
+            return 1;
+        }
+    };
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
     let dirs = read_dirs(reaper.as_ref());
-    let owner = (reaper_pid, reaper_start);
+    // Names that carry reaper's whole identity are its alone: no other live process has its
+    // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
+    // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
+    // run included.
+    let owner = setup::Owner {
+        pidns: Some(pidns),
+        pid: reaper_pid,
+        start: reaper_start,
+    };
+    let leaf = setup::supervisor_name(owner);
     let runs = owned(&dirs, |name| {
-        setup::owner_of(name) == Some(owner) && name != setup::supervisor_name(owner.0, owner.1)
+        setup::owner_of(name) == Some(owner) && name != leaf
     });
-    let leaves = owned(&dirs, |name| {
-        name == setup::supervisor_name(owner.0, owner.1)
-    });
+    let leaves = owned(&dirs, |name| name == leaf);
     if runs.is_empty() && leaves.is_empty() {
         return 0;
     }
@@ -513,7 +529,6 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     };
     rt.block_on(async {
         let mut failed = false;
-        let (runs, _claims) = claimed(runs, reaper.as_ref()).await;
         if !runs.is_empty() {
             failed |= take_over(&runs, true).await;
         }
@@ -522,57 +537,10 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             if let Some(r) = &reaper {
                 let _ = r.exited().await;
             }
-            let (leaves, _claims) = claimed(leaves, None).await;
             failed |= take_over(&leaves, false).await;
         }
         u8::from(failed)
     })
-}
-
-/// The cgroups whose owner lock the guardian can take, with the locks (held until they are
-/// removed, as the stale sweep holds its claims). A name proves less than it seems: a reaper in
-/// another PID namespace can have this reaper's pid and start time (two PID 1s started in the
-/// same clock tick), and so its names; its cgroups stay locked while it lives and are never
-/// touched. A lock still held may also be reaper's own, in the moment between its pipe's EOF
-/// and the end of its exit: those are tried again once `reaper` has exited. A cgroup that
-/// cannot be locked for another reason (an error) is still taken over: it is named after this
-/// reaper and nobody holds it.
-async fn claimed(cgroups: Vec<PathBuf>, reaper: Option<&Pidfd>) -> (Vec<PathBuf>, Vec<OwnedFd>) {
-    let mut locks = Vec::new();
-    let mut mine = Vec::new();
-    let mut held = Vec::new();
-    let mut claim =
-        |path: PathBuf, held: &mut Vec<PathBuf>| match Cgroup::at(&path).try_lock_owner() {
-            Ok(Some(lock)) => {
-                locks.push(lock);
-                mine.push(path);
-            }
-            Ok(None) => held.push(path),
-            Err(e) => {
-                tracing::debug!("cannot lock {}: {e}; taking it over", path.display());
-                mine.push(path);
-            }
-        };
-    for path in cgroups {
-        claim(path, &mut held);
-    }
-    if !held.is_empty() {
-        if let Some(r) = reaper {
-            let _ = r.exited().await;
-            let mut still = Vec::new();
-            for path in std::mem::take(&mut held) {
-                claim(path, &mut still);
-            }
-            held = still;
-        }
-    }
-    for path in held {
-        tracing::debug!(
-            "{} is held by another owner (a live reaper of the same name): left alone",
-            path.display()
-        );
-    }
-    (mine, locks)
 }
 
 /// The directories reaper named, read from stdin until EOF, or until reaper has been dead for

@@ -334,7 +334,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         assert!(Instant::now() < deadline, "three escapees within 20 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let prefix = format!("reaper-{server_pid}-{server_start}-");
+    let prefix = format!("{}{server_start}-", common::run_cgroup_prefix(server_pid));
     let runs: Vec<String> = parent
         .children()
         .into_iter()
@@ -349,7 +349,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         .stderr(Stdio::null())
         .spawn()
         .expect("another reaper starts");
-    let other_prefix = format!("reaper-{}-", other.id());
+    let other_prefix = common::run_cgroup_prefix(other.id());
     let other_run = || {
         parent
             .children()
@@ -365,8 +365,15 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
     );
     let other_run = other_run().expect("the other reaper's run cgroup");
     // Named after this server's pid, but not its: a reused pid, and a kept run.
-    let reused = parent.child(&format!("reaper-{server_pid}-{}-0", server_start + 1));
-    let kept = parent.child(&format!("reaper-kept-{server_pid}-{server_start}-7"));
+    let reused = parent.child(&format!(
+        "{}{}-0",
+        common::run_cgroup_prefix(server_pid),
+        server_start + 1
+    ));
+    let kept = parent.child(&format!(
+        "reaper-kept-{}-{server_pid}-{server_start}-7",
+        common::pidns()
+    ));
     let in_reused = Sleeper::new(Some(&reused));
     let in_kept = Sleeper::new(Some(&kept));
 
@@ -436,8 +443,8 @@ fn the_guardian_removes_the_supervisor_leaf_of_a_killed_reaper() {
     let parent = TestCgroup::new("guardian-leaf-killed");
     let mut stand_in = Sleeper::new(None);
     let leaf = parent.child(&format!(
-        "reaper-{}-{}-supervisor",
-        stand_in.pid(),
+        "{}{}-supervisor",
+        common::run_cgroup_prefix(stand_in.pid()),
         stand_in.start
     ));
     std::fs::write(leaf.join("cgroup.procs"), stand_in.pid().to_string()).expect("move in");
@@ -466,9 +473,12 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
     let parent = TestCgroup::new("guardian-leaf-done");
     let mut stand_in = Sleeper::new(None);
     let (pid, start) = (stand_in.pid(), stand_in.start);
-    let leaf = parent.child(&format!("reaper-{pid}-{start}-supervisor"));
+    let leaf = parent.child(&format!(
+        "{}{start}-supervisor",
+        common::run_cgroup_prefix(pid)
+    ));
     std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).expect("move in");
-    let run = parent.child(&format!("reaper-{pid}-{start}-0"));
+    let run = parent.child(&format!("{}{start}-0", common::run_cgroup_prefix(pid)));
     let survivor = Sleeper::new(Some(&run));
     let (mut g, pipe) = guardian_for(&stand_in, &parent.0);
     drop(pipe); // `done`
@@ -500,7 +510,8 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
 }
 
 /// Without a guardian (`--no-guardian`), the next reaper's stale sweep removes a supervisor leaf
-/// whose reaper is gone, and leaves a live reaper's alone.
+/// whose reaper is gone, and leaves a live reaper's alone — in names of either form (with the
+/// PID namespace, and the older one without).
 #[test]
 fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
     if !common::have(common::Need::Cgroup) {
@@ -509,10 +520,21 @@ fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
     let parent = TestCgroup::new("guardian-leaf-sweep");
     let mut dead = Sleeper::new(None);
     dead.kill();
-    let dead_leaf = parent.child(&format!("reaper-{}-{}-supervisor", dead.pid(), dead.start));
+    let leaves = |s: &Sleeper| {
+        [
+            format!("reaper-{}-{}-supervisor", s.pid(), s.start),
+            format!(
+                "{}{}-supervisor",
+                common::run_cgroup_prefix(s.pid()),
+                s.start
+            ),
+        ]
+        .map(|n| parent.child(&n))
+    };
+    let dead_leaves = leaves(&dead);
     let live = Sleeper::new(None);
-    let live_leaf = parent.child(&format!("reaper-{}-{}-supervisor", live.pid(), live.start));
-    std::fs::write(live_leaf.join("cgroup.procs"), live.pid().to_string()).expect("move in");
+    let live_leaves = leaves(&live);
+    std::fs::write(live_leaves[1].join("cgroup.procs"), live.pid().to_string()).expect("move in");
     let parent_arg = parent.0.to_string_lossy().into_owned();
     let out = common::run_reaper([
         "run",
@@ -523,9 +545,173 @@ fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
         "true",
     ]);
     assert_eq!(common::code(&out), 0, "{}", common::stderr(&out));
-    assert!(!dead_leaf.exists(), "a dead reaper's leaf is swept");
     assert!(
-        live_leaf.exists() && live.alive(),
+        dead_leaves.iter().all(|l| !l.exists()),
+        "a dead reaper's leaf is swept"
+    );
+    assert!(
+        live_leaves.iter().all(|l| l.exists()) && live.alive(),
         "a live reaper's leaf is not"
+    );
+}
+
+/// `sh -c` text that sets `cg` to the run cgroup's directory, as its leader sees it.
+const RUN_CGROUP: &str = r#"cg="$MNT$(sed -n 's/^0:://p' /proc/self/cgroup)""#;
+
+/// Waits (up to 10 s) for `path` to hold a line, and returns its words.
+fn marker(path: &Path) -> Vec<String> {
+    let mut words = Vec::new();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if !text.ends_with('\n') {
+                return false;
+            }
+            words = text.split_whitespace().map(str::to_owned).collect();
+            true
+        }),
+        "the hostile command never wrote {}",
+        path.display()
+    );
+    words
+}
+
+/// Whether `/proc/locks` shows a `flock` of process `pid` on the inode `ino`: held, or waited
+/// for (`->`).
+fn flock_of(pid: i32, ino: u64, waiting: bool) -> bool {
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let w = match w.get(1) {
+                Some(&"->") if waiting => &w[2..],
+                Some(&"->") => return false,
+                _ if waiting => return false,
+                _ => &w[1..],
+            };
+            w.first() == Some(&"FLOCK")
+                && w.get(3) == Some(&pid.to_string().as_str())
+                && w.get(4)
+                    .and_then(|dev_ino| dev_ino.rsplit(':').next())
+                    .is_some_and(|i| i == ino.to_string())
+        })
+}
+
+/// A run whose tree waits in a blocking `flock -x` on its own run cgroup's directory, under
+/// `parent`, reaper's stderr going to `log`: reaper, the cgroup, and the waiter's pid and start
+/// time — once the waiter is seen blocked on that directory's lock in `/proc/locks`.
+fn flock_waiter_run(
+    parent: &TestCgroup,
+    extra: &[&str],
+    tmp: &Path,
+) -> (std::process::Child, PathBuf, (i32, u64)) {
+    use std::os::unix::fs::MetadataExt;
+    let mark = tmp.join("waiter");
+    let script =
+        format!("{RUN_CGROUP}; flock -x \"$cg\" sleep 600 & echo \"$! $cg\" > \"$MARK\"; wait");
+    let child = common::reaper()
+        .arg("run")
+        .args(extra)
+        .args([
+            "--cgroup-parent",
+            &parent.0.to_string_lossy(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("MNT", common::cgroup2_mount().expect("a cgroup2 mount"))
+        .env("MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(tmp.join("stderr")).expect("a log file"))
+        .spawn()
+        .expect("reaper starts");
+    let words = marker(&mark);
+    let pid: i32 = words[0].parse().expect("the waiter's pid");
+    let cg = PathBuf::from(&words[1]);
+    let start = common::stat(pid).expect("the waiter runs").1;
+    let ino = std::fs::metadata(&cg).expect("the run cgroup").ino();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || flock_of(pid, ino, true)),
+        "the waiter never blocked on the run cgroup's lock"
+    );
+    (child, cg, (pid, start))
+}
+
+/// A process of the run waits in `flock -x` on its own run cgroup. When reaper is SIGKILLed,
+/// the kernel hands reaper's owner lock to that waiter, and the guardian, which trusted the
+/// lock, took the cgroup for another live reaper's and left it, the tree with it. The name
+/// carries reaper's PID namespace now, so the guardian knows the cgroup is its reaper's without
+/// asking the lock: it kills the tree and removes the cgroup.
+#[test]
+fn a_flock_waiter_in_the_run_does_not_keep_the_guardian_out() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let parent = TestCgroup::new("guardian-flock");
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mut reaper, cg, (wpid, wstart)) = flock_waiter_run(&parent, &[], tmp.path());
+    let (gpid, gstart) =
+        common::guardian_of(reaper.id() as i32).expect("reaper run runs a guardian");
+    let gfd = common::pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    let t0 = Instant::now();
+    common::signal_child(&reaper, rustix::process::Signal::KILL);
+    let _ = reaper.wait();
+    let gone = common::wait_until(Duration::from_secs(1) + SLACK, || {
+        !cg.exists() && !common::alive(wpid, wstart)
+    });
+    eprintln!("SIGKILL to the run cgroup removed: {:?}", t0.elapsed());
+    assert!(
+        gone,
+        "the run cgroup {} (exists: {}) or the waiter (alive: {}) outlived reaper",
+        cg.display(),
+        cg.exists(),
+        common::alive(wpid, wstart)
+    );
+    assert!(exited_within(&gfd, SLACK), "the guardian did not exit");
+}
+
+/// The same attack without a guardian: the waiter holds the dead reaper's owner lock, and the
+/// next reaper's stale sweep, which took a held lock for a live owner, skipped the cgroup for
+/// good. A name of the sweeper's own PID namespace is decided by its owner's pid and start time
+/// alone: the next reaper removes it and kills the waiter.
+#[test]
+fn a_flock_waiter_in_a_dead_reapers_run_does_not_keep_the_stale_sweep_out() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let parent = TestCgroup::new("sweep-flock");
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mut reaper, cg, (wpid, wstart)) =
+        flock_waiter_run(&parent, &["--no-guardian"], tmp.path());
+    common::signal_child(&reaper, rustix::process::Signal::KILL);
+    let _ = reaper.wait();
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&cg)
+            .expect("nothing removed the run cgroup")
+            .ino()
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(10), || flock_of(wpid, ino, false)),
+        "the waiter never got the dead reaper's lock"
+    );
+    let out = common::run_reaper([
+        "run",
+        "--no-guardian",
+        "--cgroup-parent",
+        &parent.0.to_string_lossy(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(common::code(&out), 0, "{}", common::stderr(&out));
+    assert!(
+        !cg.exists() && !common::alive(wpid, wstart),
+        "the stale cgroup {} (exists: {}) or its waiter (alive: {}) survived the sweep",
+        cg.display(),
+        cg.exists(),
+        common::alive(wpid, wstart)
     );
 }
