@@ -32,7 +32,8 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap};
+use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::Signal;
 
 use crate::containment::setup;
 
@@ -170,7 +171,8 @@ pub fn fork_early() -> Option<u8> {
 
 /// The forked guardian, before [`main`]: everything an exec of `reaper guardian PID START`
 /// gave it. Its own session (outside reaper's process group, so `kill -KILL -PGID` and a
-/// terminal's SIGHUP miss it), the pipe as stdin and `/dev/null` as stdout, no other fd of
+/// terminal's SIGHUP miss it), the pipe as stdin, `/dev/null` as stdout and, unless reaper's
+/// stderr is a terminal or a file, as stderr ([`stderr_holds_an_eof`]), no other fd of
 /// reaper's (nor one reaper inherited), an empty signal mask, its own tracing at `warn`
 /// (`RUST_LOG` is reaper's), and that command line. `ready` is closed once the command line is
 /// set (by the exec, when it takes one), as std's spawn returns only after the exec: whoever
@@ -178,16 +180,21 @@ pub fn fork_early() -> Option<u8> {
 fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
     use std::os::fd::AsRawFd;
     let _ = rustix::process::setsid();
+    let quiet = stderr_holds_an_eof();
     // SAFETY: plain fd and signal-mask calls on fds this process owns; single-threaded.
     unsafe {
         libc::dup2(pipe.as_raw_fd(), 0);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if null >= 0 {
             libc::dup2(null, 1);
+            if quiet {
+                libc::dup2(null, 2);
+            }
         }
         // dup2 onto itself (reaper started with stdin or stdout closed) keeps close-on-exec.
         libc::fcntl(0, libc::F_SETFD, 0);
         libc::fcntl(1, libc::F_SETFD, 0);
+        libc::fcntl(2, libc::F_SETFD, 0);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -205,6 +212,10 @@ fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
         // guardian the old way, by exec (the pipe is stdin already; close-on-exec closes the
         // rest, `ready` and the pipe's first fd with it, unless that fd is stdin).
         std::mem::forget(pipe);
+        // SAFETY: only sets close-on-exec on fds by number; nothing is closed before the exec.
+        unsafe {
+            libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+        }
         let e = Command::new("/proc/self/exe")
             .arg0("reaper")
             .args(["guardian", &me.pid.to_string(), &me.starttime.to_string()])
@@ -219,6 +230,21 @@ fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
         .with_target(false)
         .init();
     main(me.pid, me.starttime)
+}
+
+/// Whether reaper's stderr is one whose reader waits until every writer has closed it: a pipe,
+/// a FIFO or a socket (`out=$(reaper … 2>&1)`, a client capturing a server's stderr). The
+/// guardian must not keep such a one: stopped by a process of the run, or still cleaning up,
+/// it would hold the caller's read open after reaper has exited. A terminal or a file holds
+/// nobody's end, and there the guardian's words are kept.
+fn stderr_holds_an_eof() -> bool {
+    use rustix::fs::FileType;
+    rustix::fs::fstat(std::io::stderr()).is_ok_and(|st| {
+        matches!(
+            FileType::from_raw_mode(st.st_mode),
+            FileType::Fifo | FileType::Socket
+        )
+    })
 }
 
 /// Fallback of `close_range(2)` (Linux < 5.9): closes every fd above stderr that
@@ -354,13 +380,22 @@ impl Guardian {
             .args(["guardian", &pid.to_string(), &start.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(if stderr_holds_an_eof() {
+                Stdio::null()
+            } else {
+                Stdio::inherit()
+            })
             .env_remove("RUST_LOG");
-        // SAFETY: setsid(2) is async-signal-safe and allocation-free. A session of its own puts
-        // the guardian outside reaper's process group and session, so `kill -KILL -PGID` and
-        // a terminal's SIGHUP miss it.
+        // SAFETY: setsid(2) and close_range(2) are async-signal-safe and allocation-free. A
+        // session of its own puts the guardian outside reaper's process group and session, so
+        // `kill -KILL -PGID` and a terminal's SIGHUP miss it. Close-on-exec on every fd above
+        // stderr: the guardian keeps no fd reaper inherited (a caller's pipe it would hold
+        // open); std's own error pipe is close-on-exec already.
         unsafe {
-            cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
+            cmd.pre_exec(|| {
+                libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+                rustix::process::setsid().map(drop).map_err(Into::into)
+            });
         }
         // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
         // failed, and until the lock is let go the guardian's pid is its own.
@@ -412,10 +447,21 @@ impl Guardian {
     }
 
     /// reaper's teardown is complete: closing the pipe lets the guardian exit (after removing
-    /// whatever reaper could not, and its supervisor leaf once reaper has exited).
+    /// whatever reaper could not, and its supervisor leaf once reaper has exited). A guardian
+    /// stopped now would stay so after reaper, unseen: reaper says so and continues it.
     pub fn done(&self) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
         self.flush(&mut ch);
+        if let Some(h) = self.handle.as_ref().filter(|h| h.is_stopped()) {
+            tracing::warn!(
+                "the guardian (pid {}) is stopped (SIGSTOP); reaper continues it (SIGCONT) so                  that it can finish its work and exit",
+                self.pid
+            );
+            if let Err(e) = signal::to_pidfd(h, Signal::CONT) {
+                tracing::warn!("cannot continue the guardian (pid {}): {e}", self.pid);
+            }
+            ch.reported = true;
+        }
         self.check(&mut ch);
         ch.pipe = None;
     }
@@ -647,7 +693,7 @@ fn ignore_stop_signals() {
 async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
     // Kill every tree first, then wait and remove: one slow cgroup must not delay the others.
     for path in cgroups {
-        let _ = reaper_platform::linux::signal::to_cgroup_kill(&Cgroup::at(path));
+        let _ = signal::to_cgroup_kill(&Cgroup::at(path));
     }
     let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
     let mut failed = false;

@@ -75,7 +75,8 @@ fn exited_within(fd: &OwnedFd, within: Duration) -> bool {
 /// runtime thread: ~630 calls later the pipe was full and the server froze (no answer, no ping,
 /// no timeout enforced, stdin EOF ignored). Now every call is answered, a ping too, a timeout
 /// still fires on time, stdin EOF still ends the server, and the stopped guardian is reported
-/// once. Each wait is bounded, so on the old code this test fails instead of hanging.
+/// once while serving, then continued at the end (and said so). Each wait is bounded, so on
+/// the old code this test fails instead of hanging.
 #[tokio::test]
 async fn a_stopped_guardian_never_stops_the_server() {
     if !common::have(common::Need::Cgroup) {
@@ -179,11 +180,21 @@ async fn a_stopped_guardian_never_stops_the_server() {
     assert!(took < SLACK, "exit took {took:?}");
     assert_eq!(status.code(), Some(0));
 
+    // Reported once while serving, and once more at the end, where reaper continues it.
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let reports = text.matches("the guardian (pid").count();
-    assert_eq!(reports, 1, "the stopped guardian is reported once:\n{text}");
+    let reports: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the guardian (pid"))
+        .collect();
+    assert_eq!(reports.len(), 2, "{text}");
     assert!(
-        text.contains(&format!("the guardian (pid {gpid}) is stopped")),
+        reports[0].contains(&format!("the guardian (pid {gpid}) is stopped"))
+            && reports[0].contains("reaper serves on"),
+        "{text}"
+    );
+    assert!(
+        reports[1].contains(&format!("the guardian (pid {gpid}) is stopped"))
+            && reports[1].contains("continues it"),
         "{text}"
     );
 
@@ -713,5 +724,90 @@ fn a_flock_waiter_in_a_dead_reapers_run_does_not_keep_the_stale_sweep_out() {
         cg.display(),
         cg.exists(),
         common::alive(wpid, wstart)
+    );
+}
+
+/// Continues the process behind a pidfd when dropped, whatever the test's fate, so a failing
+/// test never leaves a process stopped.
+struct ContinueOnDrop(OwnedFd);
+
+impl Drop for ContinueOnDrop {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(self.0.as_fd(), rustix::process::Signal::CONT);
+    }
+}
+
+/// A contained process finds the guardian by its title and SIGSTOPs it. The stopped guardian
+/// held reaper's stderr, so a caller reading reaper's output through a pipe to its end
+/// (`out=$(reaper run … 2>&1)`, `subprocess.run(capture_output=True)`) waited for ever. Now the
+/// guardian holds no pipe of the caller's, and reaper, when done, continues its stopped
+/// guardian (and says so), which then exits.
+#[test]
+fn a_guardian_stopped_from_the_tree_holds_no_pipe_of_the_caller_and_ends() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mark, go) = (tmp.path().join("stopped"), tmp.path().join("go"));
+    let script = r#"
+        g=
+        for p in /proc/[0-9]*; do
+            case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in
+                "reaper guardian $PPID "*) g=${p#/proc/} ;;
+            esac
+        done
+        [ -n "$g" ] || exit 3
+        kill -STOP "$g" || exit 4
+        i=0
+        until [ "$(cut -d' ' -f3 "/proc/$g/stat")" = T ]; do
+            i=$((i + 1)); [ $i -lt 1000 ] || exit 5; sleep 0.01
+        done
+        echo "$g T" > "$MARK"
+        i=0
+        until [ -e "$GO" ]; do i=$((i + 1)); [ $i -lt 1000 ] || exit 6; sleep 0.01; done
+    "#;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let mut reaper = common::reaper()
+        .args(["run", "--", "sh", "-c", script])
+        .env("MARK", &mark)
+        .env("GO", &go)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("dup the pipe"))
+        .stderr(writer)
+        .spawn()
+        .expect("reaper starts");
+    // `2>&1` captured to its end, as `$(…)` does.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut { reader }, &mut out);
+        let _ = tx.send(out);
+    });
+    let words = marker(&mark);
+    assert_eq!(words.get(1).map(String::as_str), Some("T"), "{words:?}");
+    let gpid: i32 = words[0].parse().expect("the guardian's pid");
+    let gstart = common::stat(gpid).expect("the guardian").1;
+    let gfd = common::pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    let _continue = ContinueOnDrop(gfd.try_clone().expect("dup the pidfd"));
+    assert_eq!(
+        common::state(gpid),
+        Some('T'),
+        "the tree stopped the guardian"
+    );
+    std::fs::write(&go, "").expect("let the command end");
+
+    let t0 = Instant::now();
+    let out = rx.recv_timeout(Duration::from_secs(10));
+    let st = common::wait_with_deadline(&mut reaper, SLACK);
+    let out = out.expect("the caller's pipe reached its end within 10 s");
+    eprintln!("end of the command to the pipe's end: {:?}", t0.elapsed());
+    assert_eq!(st.code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!("the guardian (pid {gpid}) is stopped")) && out.contains("continue"),
+        "reaper says it continues its stopped guardian: {out}"
+    );
+    assert!(
+        exited_within(&gfd, SLACK),
+        "the stopped guardian outlived reaper"
     );
 }
