@@ -22,8 +22,7 @@
 //! writes, non-blocking, never wait for the guardian. A guardian that does not read (stopped by
 //! a same-uid process with SIGSTOP) therefore never stops reaper; reaper reports it once.
 
-use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -66,6 +65,11 @@ struct Channel {
     reported: bool,
     /// [`MAX_DIRS`] was reached (and reported).
     full: bool,
+    /// Whether reaper is stopping its own job on purpose ([`Guardian::pausing`]): as last
+    /// asked for, and as last queued. Only the newest state is ever sent, after what is
+    /// queued, so the pipe never holds more than one pending state record.
+    pausing: bool,
+    pausing_queued: bool,
 }
 
 /// How many directories reaper tells its guardian about, at most: a reaper uses one or two
@@ -357,6 +361,8 @@ fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, String> {
             unsent: Vec::new(),
             reported: false,
             full: false,
+            pausing: false,
+            pausing_queued: false,
         }),
     })
 }
@@ -466,9 +472,36 @@ impl Guardian {
         ch.pipe = None;
     }
 
+    /// reaper is about to stop its own job on purpose (job control: `signal::stop_own_job`).
+    /// Without this the guardian would take the stop for one a process of the run caused, and
+    /// continue reaper. Never blocks, like [`Guardian::watch_dir`].
+    pub fn pausing(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = true;
+        self.flush(&mut ch);
+    }
+
+    /// reaper's job was continued after [`Guardian::pausing`]: a stop from now on is not
+    /// reaper's own again.
+    pub fn resumed(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = false;
+        self.flush(&mut ch);
+    }
+
     /// Writes what is queued without ever blocking; what the pipe does not take stays queued.
+    /// A changed pausing state is queued once the rest is written, so records never interleave
+    /// and a state that changes while the pipe is full takes no more room.
     fn flush(&self, ch: &mut Channel) {
-        while !ch.unsent.is_empty() {
+        while ch.pipe.is_some() {
+            if ch.unsent.is_empty() {
+                if ch.pausing == ch.pausing_queued {
+                    return;
+                }
+                ch.pausing_queued = ch.pausing;
+                ch.unsent
+                    .extend_from_slice(if ch.pausing { b"P\0" } else { b"R\0" });
+            }
             let Some(pipe) = ch.pipe.as_ref() else {
                 return;
             };
@@ -548,7 +581,7 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     };
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
-    let dirs = read_dirs(reaper.as_ref());
+    let dirs = listen(reaper.as_ref(), reaper_start);
     // Names that carry reaper's whole identity are its alone: no other live process has its
     // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
     // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
@@ -589,27 +622,34 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     })
 }
 
-/// The directories reaper named, read from stdin until EOF, or until reaper has been dead for
-/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec).
-fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
+/// What reaper says on its pipe ([`Inbox`]), read until EOF, or until reaper has been dead for
+/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec). Meanwhile
+/// a reaper found stopped is continued ([`continue_if_stopped`], every [`STOP_LOOK`]). Returns
+/// the directories it named.
+fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
     use rustix::event::{poll, PollFd, PollFlags};
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    use std::time::Instant;
     let stdin = std::io::stdin();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let mut reaper_dead_since: Option<std::time::Instant> =
-        reaper.is_none().then(std::time::Instant::now);
+    let pipe = stdin.as_fd();
+    let mut inbox = Inbox::default();
+    let mut reaper_dead_since = reaper.is_none().then(Instant::now);
+    let mut next_look = Instant::now() + STOP_LOOK;
+    let mut warned = false;
     loop {
-        let timeout = reaper_dead_since.map(|_| rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        });
+        let wait = match reaper_dead_since {
+            Some(_) => Duration::from_millis(50),
+            None => next_look.saturating_duration_since(Instant::now()),
+        };
+        let timeout = rustix::time::Timespec {
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
         let ready = {
-            let mut fds = vec![PollFd::new(&stdin, PollFlags::IN)];
+            let mut fds = vec![PollFd::new(&pipe, PollFlags::IN)];
             if let (Some(r), None) = (reaper, reaper_dead_since) {
                 fds.push(PollFd::new(r, PollFlags::IN));
             }
-            match poll(&mut fds, timeout.as_ref()) {
+            match poll(&mut fds, Some(&timeout)) {
                 Ok(_) => (
                     !fds[0].revents().is_empty(),
                     fds.get(1).is_some_and(|f| !f.revents().is_empty()),
@@ -619,29 +659,137 @@ fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
             }
         };
         if ready.1 {
-            reaper_dead_since = Some(std::time::Instant::now());
+            reaper_dead_since = Some(Instant::now());
         }
         if ready.0 {
-            let n = (&stdin).read(&mut chunk).unwrap_or(0);
-            if n == 0 {
+            if !inbox.read(pipe) {
                 break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            while let Some(end) = buf.iter().position(|&b| b == 0) {
-                let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
-                // Nothing else is sent; an unknown record is ignored.
-                if let Some((b'+', p)) = rec.split_first() {
-                    let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
-                    if dir.is_absolute() && !dirs.contains(&dir) {
-                        dirs.push(dir);
-                    }
-                }
             }
         } else if reaper_dead_since.is_some_and(|t| t.elapsed() >= EOF_AFTER_DEATH) {
             break;
         }
+        if let (Some(r), None) = (reaper, reaper_dead_since) {
+            if Instant::now() >= next_look {
+                next_look = Instant::now() + STOP_LOOK;
+                if !continue_if_stopped(r, reaper_start, &mut inbox, pipe, &mut warned) {
+                    break;
+                }
+            }
+        }
     }
-    dirs
+    inbox.dirs
+}
+
+/// How often the guardian looks whether reaper is stopped, while reaper lives.
+const STOP_LOOK: Duration = Duration::from_millis(250);
+
+/// What reaper has said on its pipe: NUL-terminated records `+DIR` (see the module docs), `P`
+/// (reaper is about to stop its own job: job control) and `R` (it was continued).
+#[derive(Default)]
+struct Inbox {
+    /// The start of a record whose NUL has not come yet.
+    partial: Vec<u8>,
+    dirs: Vec<PathBuf>,
+    /// Between a `P` and the next `R`: a stop of reaper now is its own.
+    pausing: bool,
+}
+
+impl Inbox {
+    fn take(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(end) = self.partial.iter().position(|&b| b == 0) {
+            let rec: Vec<u8> = self.partial.drain(..=end).take(end).collect();
+            match rec.split_first() {
+                Some((b'+', p)) => {
+                    let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
+                    if dir.is_absolute() && !self.dirs.contains(&dir) {
+                        self.dirs.push(dir);
+                    }
+                }
+                Some((b'P', [])) => self.pausing = true,
+                Some((b'R', [])) => self.pausing = false,
+                // Nothing else is sent; an unknown record is ignored.
+                _ => {}
+            }
+        }
+    }
+
+    /// One read of the pipe (unbuffered: a buffer would hide from `poll` what it holds).
+    /// False at its EOF, or an error: nothing more will come.
+    fn read(&mut self, pipe: BorrowedFd<'_>) -> bool {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match rustix::io::read(pipe, &mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.take(&chunk[..n]);
+                    return true;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Reads whatever the pipe holds right now, without waiting for more. False at its EOF.
+    fn read_ready(&mut self, pipe: BorrowedFd<'_>) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let now = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            let mut fds = [PollFd::new(&pipe, PollFlags::IN)];
+            match poll(&mut fds, Some(&now)) {
+                Ok(0) => return true,
+                Ok(_) => {
+                    if !self.read(pipe) {
+                        return false;
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// A process of the run can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces
+/// no timeout and answers nothing. So a reaper found stopped (`T` in `/proc/PID/stat`) that has
+/// not said it stops its own job ([`Inbox::pausing`]) is continued through its pidfd, and the
+/// guardian says so once. A traced reaper (`t`: a debugger holds it) is left alone. False at
+/// the pipe's EOF.
+fn continue_if_stopped(
+    reaper: &Pidfd,
+    start: u64,
+    inbox: &mut Inbox,
+    pipe: BorrowedFd<'_>,
+    warned: &mut bool,
+) -> bool {
+    match procfs::stat(reaper.raw_pid()) {
+        Ok(st) if st.starttime == start && st.state == 'T' => {}
+        _ => return true,
+    }
+    // reaper writes `P` before it stops its job: read after seeing the stop, it is there.
+    if !inbox.read_ready(pipe) {
+        return false;
+    }
+    if inbox.pausing {
+        return true;
+    }
+    if let Err(e) = signal::to_pidfd(reaper, Signal::CONT) {
+        tracing::debug!("cannot continue reaper: {e}");
+        return true;
+    }
+    if !*warned {
+        *warned = true;
+        say!(
+            "reaper guardian: reaper (pid {}) is stopped, and not by its own job control (a \
+             SIGSTOP from a process of its run?); continued it (SIGCONT)",
+            reaper.raw_pid()
+        );
+    }
+    true
 }
 
 /// The cgroups directly under `dirs` whose name `mine` accepts.
@@ -717,11 +865,9 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
 mod tests {
     use super::*;
 
-    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
-    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
-    /// the guardian reads again everything arrives, in order.
-    #[test]
-    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+    /// reaper's side of a guardian that reads nothing: its pipe (both ends non-blocking)
+    /// already full. Returns it, the read end and how many bytes fill the pipe.
+    fn with_a_full_pipe() -> (Guardian, OwnedFd, usize) {
         use rustix::fs::OFlags;
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
         rustix::fs::fcntl_setfl(&w, OFlags::NONBLOCK).unwrap();
@@ -743,8 +889,32 @@ mod tests {
                 unsent: Vec::new(),
                 reported: false,
                 full: false,
+                pausing: false,
+                pausing_queued: false,
             }),
         };
+        (g, r, filled)
+    }
+
+    /// Everything the guardian's end of the pipe holds now.
+    fn drain(r: &OwnedFd) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = rustix::io::read(r, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
+    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
+    /// the guardian reads again everything arrives, in order.
+    #[test]
+    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+        let (g, r, filled) = with_a_full_pipe();
         let dir = |i: usize| PathBuf::from(format!("/sys/fs/cgroup/test-{i}"));
         for round in 0..3 {
             for i in 0..1000 {
@@ -759,21 +929,10 @@ mod tests {
             assert!(!ch.unsent.is_empty() && ch.unsent.len() <= queued);
         }
         // The guardian reads again: the next look sends what was queued.
-        let mut got = Vec::new();
-        let mut buf = [0u8; 65536];
-        while let Ok(n) = rustix::io::read(&r, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got.len(), filled);
+        assert_eq!(drain(&r).len(), filled);
         g.watch_dir(&dir(0));
         assert!(g.channel.lock().unwrap().unsent.is_empty());
-        let mut got = Vec::new();
-        while let Ok(n) = rustix::io::read(&r, &mut buf) {
-            got.extend_from_slice(&buf[..n]);
-        }
+        let got = drain(&r);
         let want: Vec<u8> = (0..MAX_DIRS)
             .flat_map(|i| format!("+{}\0", dir(i).display()).into_bytes())
             .collect();
@@ -781,5 +940,52 @@ mod tests {
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want)
         );
+    }
+
+    /// Pausing and resuming while the guardian reads nothing never queue more than one state
+    /// record, after what was queued before; once it reads again the newest state is what it
+    /// ends with.
+    #[test]
+    fn pausing_states_coalesce_in_a_full_pipe() {
+        let (g, r, filled) = with_a_full_pipe();
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        for _ in 0..1000 {
+            g.pausing();
+            g.resumed();
+        }
+        g.pausing();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"+/sys/fs/cgroup/a\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.resumed();
+        g.pausing();
+        assert_eq!(drain(&r), b"+/sys/fs/cgroup/a\0P\0");
+        // Full again: the first change is queued (never more than that one record), the
+        // newest state follows it once the pipe takes it.
+        let mut filled = 0;
+        {
+            let ch = g.channel.lock().unwrap();
+            let w = ch.pipe.as_ref().unwrap();
+            while let Ok(n) = rustix::io::write(w, &[b'x'; 4096]) {
+                filled += n;
+            }
+            while let Ok(n) = rustix::io::write(w, b"x") {
+                filled += n;
+            }
+        }
+        for _ in 0..1000 {
+            g.resumed();
+            g.pausing();
+        }
+        g.resumed();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"R\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        assert_eq!(
+            drain(&r),
+            b"R\0",
+            "R is the newest state: nothing follows it"
+        );
+        g.pausing();
+        assert_eq!(drain(&r), b"P\0");
     }
 }

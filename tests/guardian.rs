@@ -811,3 +811,118 @@ fn a_guardian_stopped_from_the_tree_holds_no_pipe_of_the_caller_and_ends() {
         "the stopped guardian outlived reaper"
     );
 }
+
+/// Without `--sandbox`, a contained `kill -STOP $PPID` stopped reaper: its timeout never fired.
+/// The guardian, which holds a pidfd on reaper, now sees reaper stopped without having said it
+/// stops on purpose (job control), continues it and says so: the timeout fires on time.
+#[test]
+fn a_reaper_stopped_from_the_tree_is_continued_by_its_guardian() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mark, log) = (tmp.path().join("stopped"), tmp.path().join("stderr"));
+    // A busy look (no fork per turn), so the stop is seen before the guardian undoes it.
+    let script = r#"
+        kill -STOP "$PPID" || exit 3
+        i=0
+        while :; do
+            read -r line < "/proc/$PPID/stat"; set -- $line
+            [ "$3" = T ] && break
+            i=$((i + 1)); [ $i -lt 200000 ] || { echo never > "$MARK"; exit 4; }
+        done
+        echo "$PPID T" > "$MARK"
+        sleep 100
+    "#;
+    let t0 = Instant::now();
+    let mut reaper = common::reaper()
+        .args([
+            "run",
+            "--timeout",
+            "2s",
+            "--grace",
+            "200ms",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("a log file"))
+        .spawn()
+        .expect("reaper starts");
+    let st = common::wait_with_deadline(&mut reaper, Duration::from_secs(2) + SLACK + SLACK);
+    let took = t0.elapsed();
+    let words = marker(&mark);
+    assert_eq!(
+        words,
+        [reaper.id().to_string(), "T".to_owned()],
+        "the tree stopped reaper"
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(st.code(), Some(124), "{text}");
+    assert!(took < Duration::from_secs(2) + SLACK, "took {took:?}");
+    assert!(
+        text.contains(&format!("reaper (pid {}) is stopped", reaper.id())),
+        "the guardian says it continued reaper: {text}"
+    );
+}
+
+/// The guardian tells reaper's own job-control stops from the others by what reaper said on the
+/// pipe: a stand-in reaper (a `sleep` of the test's, which the guardian watches) is stopped
+/// after `P` (reaper is about to stop its own job) and stays stopped; after `R` (it was
+/// continued) a stop is no longer its own, and the guardian continues it.
+#[test]
+fn the_guardian_leaves_a_stop_reaper_announced_and_continues_any_other() {
+    let stand_in = Sleeper::new(None);
+    let fd = common::pidfd_checked(stand_in.pid(), stand_in.start).expect("sleep runs");
+    let _continue = ContinueOnDrop(fd.try_clone().expect("dup the pidfd"));
+    let mut g = common::reaper()
+        .args([
+            "guardian",
+            &stand_in.pid().to_string(),
+            &stand_in.start.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the guardian starts");
+    let mut pipe = g.stdin.take().expect("piped stdin");
+    let say = |pipe: &mut std::process::ChildStdin, rec: &[u8]| {
+        std::io::Write::write_all(pipe, rec).expect("tell the guardian");
+    };
+    let stop = || {
+        rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::STOP)
+            .expect("SIGSTOP the stand-in");
+        assert!(
+            common::wait_until(Duration::from_secs(5), || common::state(stand_in.pid())
+                == Some('T')),
+            "the stand-in stopped"
+        );
+    };
+    // Announced: still stopped after four of the guardian's looks.
+    say(&mut pipe, b"P\0");
+    stop();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        common::state(stand_in.pid()),
+        Some('T'),
+        "an announced stop is left"
+    );
+    // No longer announced: continued.
+    say(&mut pipe, b"R\0");
+    assert!(
+        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
+        "the guardian continues a stop reaper did not announce"
+    );
+    stop();
+    assert!(
+        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
+        "…every time"
+    );
+    drop(pipe);
+    let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+}
