@@ -926,3 +926,90 @@ fn the_guardian_leaves_a_stop_reaper_announced_and_continues_any_other() {
     let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
     assert_eq!(st.code(), Some(0));
 }
+/// Whether `name` is a run cgroup name (`reaper-…-SEQ` or `reaper-…-supervisor`) carrying
+/// `pid` among its owner fields.
+fn carries_pid(name: &str, pid: u32) -> bool {
+    let fields: Vec<&str> = name.split('-').collect();
+    fields.len() >= 4
+        && fields[0] == "reaper"
+        && fields[1..fields.len() - 1].contains(&pid.to_string().as_str())
+}
+
+/// `reaper doctor` probes by creating a run cgroup (and starting leaders in it). SIGKILLed
+/// during the probe, it left that cgroup to the next reaper's stale sweep: it had no guardian.
+/// Now it has one: 40 doctors, each SIGKILLed at another moment of its probe, leave nothing.
+/// They live in a test cgroup of their own, so no other reaper's sweep removes what they leave.
+#[test]
+fn a_doctor_sigkilled_during_its_probe_leaves_no_cgroup() {
+    use std::os::unix::process::CommandExt;
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    const TRIES: u32 = 40;
+    let parent = TestCgroup::new("doctor-kill");
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(parent.0.join("cgroup.procs"))
+        .expect("the test cgroup's cgroup.procs");
+    let doctor = || {
+        use std::os::fd::AsRawFd;
+        let fd = procs.as_raw_fd();
+        let mut cmd = common::reaper();
+        cmd.args(["doctor", "--json", "--delegate", "never"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: write(2) of a constant into an fd opened before the fork: async-signal-safe
+        // and allocation-free, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        cmd.spawn().expect("reaper doctor starts")
+    };
+    // How long a whole probe takes here, to spread the kills over it.
+    let t0 = Instant::now();
+    let st = doctor().wait().expect("wait for doctor");
+    let whole = t0.elapsed();
+    assert!(st.code().is_some(), "{st:?}");
+    let mut killed = Vec::new();
+    let mut mid_probe = 0;
+    for i in 0..TRIES {
+        let mut d = doctor();
+        std::thread::sleep(whole * i / TRIES);
+        let had_cgroup = parent.children().iter().any(|n| carries_pid(n, d.id()));
+        common::signal_child(&d, rustix::process::Signal::KILL);
+        let st = d.wait().expect("wait for doctor");
+        if st.code().is_none() {
+            killed.push(d.id());
+            mid_probe += u32::from(had_cgroup);
+        }
+    }
+    eprintln!(
+        "{} of {TRIES} doctors SIGKILLed ({mid_probe} with their run cgroup there), a probe \
+         takes {whole:?}",
+        killed.len()
+    );
+    assert!(
+        mid_probe > 0,
+        "no doctor was killed while its run cgroup existed"
+    );
+    let left = || -> Vec<String> {
+        parent
+            .children()
+            .into_iter()
+            .filter(|n| killed.iter().any(|&pid| carries_pid(n, pid)))
+            .collect()
+    };
+    common::wait_until(Duration::from_millis(1500), || left().is_empty());
+    assert_eq!(
+        left(),
+        Vec::<String>::new(),
+        "cgroups the killed doctors left"
+    );
+}
