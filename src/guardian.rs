@@ -3,24 +3,39 @@
 //! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
 //! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
 //! its cgroup. The guardian is a copy of reaper forked in `main` before any thread or runtime
-//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible), in
-//! a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
-//! however), the guardian does for reaper what the next reaper's stale sweep would, but at once:
-//! under each directory reaper named, it kills (`cgroup.kill`), empties and removes every cgroup
-//! whose name carries *this* reaper's pid and start time (`reaper-PID-START-SEQ`, see
-//! `containment::setup`), and, once reaper has exited, reaper's supervisor leaf
-//! (`reaper-PID-START-supervisor`), which reaper cannot remove while it lives in it. Nothing
-//! else: not `reaper-kept-…` (`check --keep`), not another reaper's, not a foreign cgroup.
+//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible),
+//! in a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's
+//! pipe reaches EOF (reaper exited, however), the guardian does for reaper what the next
+//! reaper's stale sweep would, but at once: under each directory reaper named, it kills
+//! (`cgroup.kill`), empties and removes every cgroup whose name carries *this* reaper's PID
+//! namespace, pid and start time (`reaper-PIDNS-PID-START-SEQ`, see `containment::setup`), and,
+//! once reaper has exited, reaper's supervisor leaf (`reaper-PIDNS-PID-START-supervisor`),
+//! which reaper cannot remove while it lives in it. Nothing else: not `reaper-kept-…` (`check
+//! --keep`), not another reaper's, not a foreign cgroup. The name alone decides, not the owner
+//! lock: no other live process has that identity, and the lock can be taken by a process of the
+//! run (it waits in `flock` and gets it when reaper dies).
+//!
+//! While reaper lives the guardian also looks at it every [`STOP_LOOK`]: a process of the run
+//! can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces no timeout and serves
+//! nothing. A reaper stopped other than by its own job control is continued. What this does not
+//! cover: a process that stops the guardian too (first, or with `kill -STOP -1`).
+//!
+//! The guardian holds nothing of the caller's: stdout is `/dev/null`, and so is stderr unless
+//! reaper's is a terminal or a file (a pipe held by a stopped guardian would never reach its
+//! end for the caller reading it). When reaper is done and finds its guardian stopped, it
+//! continues it.
 //!
 //! Does not cover the subreaper backend: without a cgroup there is nothing the guardian could
 //! name the tree by once reaper (the subreaper) is gone, so the orphans reparent upwards.
 //!
-//! Protocol on the guardian's stdin: NUL-terminated records `+DIR`, one per directory reaper
-//! creates cgroups in, sent before the first cgroup is created there. A reaper has one or two
-//! such directories (its `--cgroup-parent` or its own cgroup, and its supervisor leaf), so the
-//! pipe carries a few hundred bytes in reaper's whole life: it can never fill, and reaper's
-//! writes, non-blocking, never wait for the guardian. A guardian that does not read (stopped by
-//! a same-uid process with SIGSTOP) therefore never stops reaper; reaper reports it once.
+//! Protocol on the guardian's stdin, NUL-terminated records: `+DIR`, one per directory reaper
+//! creates cgroups in, sent before the first cgroup is created there; `P` when reaper is about
+//! to stop its own job (job control), `R` once it was continued. A reaper has one or two such
+//! directories (its `--cgroup-parent` or its own cgroup, and its supervisor leaf), and only the
+//! newest pausing state is ever queued, so the pipe carries a few hundred bytes at most: it can
+//! never fill, and reaper's writes, non-blocking, never wait for the guardian. A guardian that
+//! does not read (stopped by a same-uid process with SIGSTOP) therefore never stops reaper;
+//! reaper reports it once.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
