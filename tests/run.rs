@@ -1059,20 +1059,28 @@ fn a_job_control_stop_is_not_undone_by_the_guardian() {
     if !have(Need::Cgroup) {
         return;
     }
-    // A cgroup of the test's: no stale cgroup elsewhere delays the run.
-    let parent = cgroup2_mount()
-        .expect("a cgroup2 mount")
-        .join(format!("reaper-test-jobstop-{}", std::process::id()));
-    std::fs::create_dir(&parent).expect("create the test cgroup");
+    // A cgroup of the test's (no stale cgroup elsewhere delays the run), removed however the
+    // test ends.
+    struct TestCgroup(std::path::PathBuf);
+    impl Drop for TestCgroup {
+        fn drop(&mut self) {
+            remove_test_cgroup(&self.0);
+        }
+    }
+    let parent = TestCgroup(
+        cgroup2_mount()
+            .expect("a cgroup2 mount")
+            .join(format!("reaper-test-jobstop-{}", std::process::id())),
+    );
+    std::fs::create_dir(&parent.0).expect("create the test cgroup");
     let out = on_a_terminal(
         &format!(
             "sleep 1; echo \"\\$REAPER check --stdin inherit --interrupt-group --cgroup-parent {} -- sh -c 'kill -TSTP \\$\\$; echo resumed; read y; echo got \\$y'\"; \
              sleep 2; echo 'echo before-$((1+1))'; sleep 1; echo fg; sleep 1; echo world; sleep 1; echo 'echo rc=$?; exit'",
-            parent.display()
+            parent.0.display()
         ),
         "bash --norc --noprofile -i",
     );
-    remove_test_cgroup(&parent);
     let Some(out) = out else {
         return;
     };
