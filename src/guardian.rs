@@ -475,7 +475,8 @@ impl Guardian {
         self.flush(&mut ch);
         if let Some(h) = self.handle.as_ref().filter(|h| h.is_stopped()) {
             tracing::warn!(
-                "the guardian (pid {}) is stopped (SIGSTOP); reaper continues it (SIGCONT) so                  that it can finish its work and exit",
+                "the guardian (pid {}) is stopped (SIGSTOP); reaper continues it (SIGCONT) so \
+                 that it can finish its work and exit",
                 self.pid
             );
             if let Err(e) = signal::to_pidfd(h, Signal::CONT) {
@@ -590,7 +591,10 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     let pidns = match procfs::pid_namespace() {
         Ok(ns) => ns,
         Err(e) => {
-            say!("reaper guardian: cannot read /proc/self/ns/pid: {e}; reaper's cgroups are left to the next reaper's stale sweep");
+            say!(
+                "reaper guardian: cannot read /proc/self/ns/pid: {e}; reaper's cgroups are left \
+                 to the next reaper's stale sweep"
+            );
             return 1;
         }
     };
