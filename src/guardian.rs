@@ -3,27 +3,41 @@
 //! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
 //! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
 //! its cgroup. The guardian is a copy of reaper forked in `main` before any thread or runtime
-//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible), in
-//! a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's pipe reaches EOF (reaper exited,
-//! however), the guardian does for reaper what the next reaper's stale sweep would, but at once:
-//! under each directory reaper named, it kills (`cgroup.kill`), empties and removes every cgroup
-//! whose name carries *this* reaper's pid and start time (`reaper-PID-START-SEQ`, see
-//! `containment::setup`), and, once reaper has exited, reaper's supervisor leaf
-//! (`reaper-PID-START-supervisor`), which reaper cannot remove while it lives in it. Nothing
-//! else: not `reaper-kept-…` (`check --keep`), not another reaper's, not a foreign cgroup.
+//! exists ([`fork_early`]; by exec of `reaper guardian PID START` where that is not possible),
+//! in a session (and so a process group) of its own, holding a pidfd on reaper. When reaper's
+//! pipe reaches EOF (reaper exited, however), the guardian does for reaper what the next
+//! reaper's stale sweep would, but at once: under each directory reaper named, it kills
+//! (`cgroup.kill`), empties and removes every cgroup whose name carries *this* reaper's PID
+//! namespace, pid and start time (`reaper-PIDNS-PID-START-SEQ`, see `containment::setup`), and,
+//! once reaper has exited, reaper's supervisor leaf (`reaper-PIDNS-PID-START-supervisor`),
+//! which reaper cannot remove while it lives in it. Nothing else: not `reaper-kept-…` (`check
+//! --keep`), not another reaper's, not a foreign cgroup. The name alone decides, not the owner
+//! lock: no other live process has that identity, and the lock can be taken by a process of the
+//! run (it waits in `flock` and gets it when reaper dies).
+//!
+//! While reaper lives the guardian also looks at it every [`STOP_LOOK`]: a process of the run
+//! can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces no timeout and serves
+//! nothing. A reaper stopped other than by its own job control is continued. What this does not
+//! cover: a process that stops the guardian too (first, or with `kill -STOP -1`).
+//!
+//! The guardian holds nothing of the caller's: stdout is `/dev/null`, and so is stderr unless
+//! reaper's is a terminal or a file (a pipe held by a stopped guardian would never reach its
+//! end for the caller reading it). When reaper is done and finds its guardian stopped, it
+//! continues it.
 //!
 //! Does not cover the subreaper backend: without a cgroup there is nothing the guardian could
 //! name the tree by once reaper (the subreaper) is gone, so the orphans reparent upwards.
 //!
-//! Protocol on the guardian's stdin: NUL-terminated records `+DIR`, one per directory reaper
-//! creates cgroups in, sent before the first cgroup is created there. A reaper has one or two
-//! such directories (its `--cgroup-parent` or its own cgroup, and its supervisor leaf), so the
-//! pipe carries a few hundred bytes in reaper's whole life: it can never fill, and reaper's
-//! writes, non-blocking, never wait for the guardian. A guardian that does not read (stopped by
-//! a same-uid process with SIGSTOP) therefore never stops reaper; reaper reports it once.
+//! Protocol on the guardian's stdin, NUL-terminated records: `+DIR`, one per directory reaper
+//! creates cgroups in, sent before the first cgroup is created there; `P` when reaper is about
+//! to stop its own job (job control), `R` once it was continued. A reaper has one or two such
+//! directories (its `--cgroup-parent` or its own cgroup, and its supervisor leaf), and only the
+//! newest pausing state is ever queued, so the pipe carries a few hundred bytes at most: it can
+//! never fill, and reaper's writes, non-blocking, never wait for the guardian. A guardian that
+//! does not read (stopped by a same-uid process with SIGSTOP) therefore never stops reaper;
+//! reaper reports it once.
 
-use std::io::Read;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{ChildStdin, Command, Stdio};
@@ -32,7 +46,8 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap};
+use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::Signal;
 
 use crate::containment::setup;
 
@@ -65,6 +80,11 @@ struct Channel {
     reported: bool,
     /// [`MAX_DIRS`] was reached (and reported).
     full: bool,
+    /// Whether reaper is stopping its own job on purpose ([`Guardian::pausing`]): as last
+    /// asked for, and as last queued. Only the newest state is ever sent, after what is
+    /// queued, so the pipe never holds more than one pending state record.
+    pausing: bool,
+    pausing_queued: bool,
 }
 
 /// How many directories reaper tells its guardian about, at most: a reaper uses one or two
@@ -170,7 +190,8 @@ pub fn fork_early() -> Option<u8> {
 
 /// The forked guardian, before [`main`]: everything an exec of `reaper guardian PID START`
 /// gave it. Its own session (outside reaper's process group, so `kill -KILL -PGID` and a
-/// terminal's SIGHUP miss it), the pipe as stdin and `/dev/null` as stdout, no other fd of
+/// terminal's SIGHUP miss it), the pipe as stdin, `/dev/null` as stdout and, unless reaper's
+/// stderr is a terminal or a file, as stderr ([`stderr_holds_an_eof`]), no other fd of
 /// reaper's (nor one reaper inherited), an empty signal mask, its own tracing at `warn`
 /// (`RUST_LOG` is reaper's), and that command line. `ready` is closed once the command line is
 /// set (by the exec, when it takes one), as std's spawn returns only after the exec: whoever
@@ -178,16 +199,21 @@ pub fn fork_early() -> Option<u8> {
 fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
     use std::os::fd::AsRawFd;
     let _ = rustix::process::setsid();
+    let quiet = stderr_holds_an_eof();
     // SAFETY: plain fd and signal-mask calls on fds this process owns; single-threaded.
     unsafe {
         libc::dup2(pipe.as_raw_fd(), 0);
         let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
         if null >= 0 {
             libc::dup2(null, 1);
+            if quiet {
+                libc::dup2(null, 2);
+            }
         }
         // dup2 onto itself (reaper started with stdin or stdout closed) keeps close-on-exec.
         libc::fcntl(0, libc::F_SETFD, 0);
         libc::fcntl(1, libc::F_SETFD, 0);
+        libc::fcntl(2, libc::F_SETFD, 0);
         let mut empty: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut empty);
         libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
@@ -205,6 +231,10 @@ fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
         // guardian the old way, by exec (the pipe is stdin already; close-on-exec closes the
         // rest, `ready` and the pipe's first fd with it, unless that fd is stdin).
         std::mem::forget(pipe);
+        // SAFETY: only sets close-on-exec on fds by number; nothing is closed before the exec.
+        unsafe {
+            libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+        }
         let e = Command::new("/proc/self/exe")
             .arg0("reaper")
             .args(["guardian", &me.pid.to_string(), &me.starttime.to_string()])
@@ -219,6 +249,21 @@ fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
         .with_target(false)
         .init();
     main(me.pid, me.starttime)
+}
+
+/// Whether reaper's stderr is one whose reader waits until every writer has closed it: a pipe,
+/// a FIFO or a socket (`out=$(reaper … 2>&1)`, a client capturing a server's stderr). The
+/// guardian must not keep such a one: stopped by a process of the run, or still cleaning up,
+/// it would hold the caller's read open after reaper has exited. A terminal or a file holds
+/// nobody's end, and there the guardian's words are kept.
+fn stderr_holds_an_eof() -> bool {
+    use rustix::fs::FileType;
+    rustix::fs::fstat(std::io::stderr()).is_ok_and(|st| {
+        matches!(
+            FileType::from_raw_mode(st.st_mode),
+            FileType::Fifo | FileType::Socket
+        )
+    })
 }
 
 /// Fallback of `close_range(2)` (Linux < 5.9): closes every fd above stderr that
@@ -331,6 +376,8 @@ fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, String> {
             unsent: Vec::new(),
             reported: false,
             full: false,
+            pausing: false,
+            pausing_queued: false,
         }),
     })
 }
@@ -354,13 +401,22 @@ impl Guardian {
             .args(["guardian", &pid.to_string(), &start.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(if stderr_holds_an_eof() {
+                Stdio::null()
+            } else {
+                Stdio::inherit()
+            })
             .env_remove("RUST_LOG");
-        // SAFETY: setsid(2) is async-signal-safe and allocation-free. A session of its own puts
-        // the guardian outside reaper's process group and session, so `kill -KILL -PGID` and
-        // a terminal's SIGHUP miss it.
+        // SAFETY: setsid(2) and close_range(2) are async-signal-safe and allocation-free. A
+        // session of its own puts the guardian outside reaper's process group and session, so
+        // `kill -KILL -PGID` and a terminal's SIGHUP miss it. Close-on-exec on every fd above
+        // stderr: the guardian keeps no fd reaper inherited (a caller's pipe it would hold
+        // open); std's own error pipe is close-on-exec already.
         unsafe {
-            cmd.pre_exec(|| rustix::process::setsid().map(drop).map_err(Into::into));
+            cmd.pre_exec(|| {
+                libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+                rustix::process::setsid().map(drop).map_err(Into::into)
+            });
         }
         // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
         // failed, and until the lock is let go the guardian's pid is its own.
@@ -412,17 +468,56 @@ impl Guardian {
     }
 
     /// reaper's teardown is complete: closing the pipe lets the guardian exit (after removing
-    /// whatever reaper could not, and its supervisor leaf once reaper has exited).
+    /// whatever reaper could not, and its supervisor leaf once reaper has exited). A guardian
+    /// stopped now would stay so after reaper, unseen: reaper says so and continues it.
     pub fn done(&self) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
         self.flush(&mut ch);
+        if let Some(h) = self.handle.as_ref().filter(|h| h.is_stopped()) {
+            tracing::warn!(
+                "the guardian (pid {}) is stopped (SIGSTOP); reaper continues it (SIGCONT) so \
+                 that it can finish its work and exit",
+                self.pid
+            );
+            if let Err(e) = signal::to_pidfd(h, Signal::CONT) {
+                tracing::warn!("cannot continue the guardian (pid {}): {e}", self.pid);
+            }
+            ch.reported = true;
+        }
         self.check(&mut ch);
         ch.pipe = None;
     }
 
+    /// reaper is about to stop its own job on purpose (job control: `signal::stop_own_job`).
+    /// Without this the guardian would take the stop for one a process of the run caused, and
+    /// continue reaper. Never blocks, like [`Guardian::watch_dir`].
+    pub fn pausing(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = true;
+        self.flush(&mut ch);
+    }
+
+    /// reaper's job was continued after [`Guardian::pausing`]: a stop from now on is not
+    /// reaper's own again.
+    pub fn resumed(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = false;
+        self.flush(&mut ch);
+    }
+
     /// Writes what is queued without ever blocking; what the pipe does not take stays queued.
+    /// A changed pausing state is queued once the rest is written, so records never interleave
+    /// and a state that changes while the pipe is full takes no more room.
     fn flush(&self, ch: &mut Channel) {
-        while !ch.unsent.is_empty() {
+        while ch.pipe.is_some() {
+            if ch.unsent.is_empty() {
+                if ch.pausing == ch.pausing_queued {
+                    return;
+                }
+                ch.pausing_queued = ch.pausing;
+                ch.unsent
+                    .extend_from_slice(if ch.pausing { b"P\0" } else { b"R\0" });
+            }
             let Some(pipe) = ch.pipe.as_ref() else {
                 return;
             };
@@ -491,16 +586,35 @@ impl Guardian {
 /// be dead, and tells when reaper's supervisor leaf is empty.
 pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     ignore_stop_signals();
+    // reaper's PID namespace is the guardian's own: reaper forks (or spawns) it before anything
+    // else, and never enters another namespace itself (only a sandboxed leader gets one).
+    let pidns = match procfs::pid_namespace() {
+        Ok(ns) => ns,
+        Err(e) => {
+            say!(
+                "reaper guardian: cannot read /proc/self/ns/pid: {e}; reaper's cgroups are left \
+                 to the next reaper's stale sweep"
+            );
+            return 1;
+        }
+    };
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
-    let dirs = read_dirs(reaper.as_ref());
-    let owner = (reaper_pid, reaper_start);
+    let dirs = listen(reaper.as_ref(), reaper_start);
+    // Names that carry reaper's whole identity are its alone: no other live process has its
+    // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
+    // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
+    // run included.
+    let owner = setup::Owner {
+        pidns: Some(pidns),
+        pid: reaper_pid,
+        start: reaper_start,
+    };
+    let leaf = setup::supervisor_name(owner);
     let runs = owned(&dirs, |name| {
-        setup::owner_of(name) == Some(owner) && name != setup::supervisor_name(owner.0, owner.1)
+        setup::owner_of(name) == Some(owner) && name != leaf
     });
-    let leaves = owned(&dirs, |name| {
-        name == setup::supervisor_name(owner.0, owner.1)
-    });
+    let leaves = owned(&dirs, |name| name == leaf);
     if runs.is_empty() && leaves.is_empty() {
         return 0;
     }
@@ -513,7 +627,6 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     };
     rt.block_on(async {
         let mut failed = false;
-        let (runs, _claims) = claimed(runs, reaper.as_ref()).await;
         if !runs.is_empty() {
             failed |= take_over(&runs, true).await;
         }
@@ -522,80 +635,40 @@ pub fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             if let Some(r) = &reaper {
                 let _ = r.exited().await;
             }
-            let (leaves, _claims) = claimed(leaves, None).await;
             failed |= take_over(&leaves, false).await;
         }
         u8::from(failed)
     })
 }
 
-/// The cgroups whose owner lock the guardian can take, with the locks (held until they are
-/// removed, as the stale sweep holds its claims). A name proves less than it seems: a reaper in
-/// another PID namespace can have this reaper's pid and start time (two PID 1s started in the
-/// same clock tick), and so its names; its cgroups stay locked while it lives and are never
-/// touched. A lock still held may also be reaper's own, in the moment between its pipe's EOF
-/// and the end of its exit: those are tried again once `reaper` has exited. A cgroup that
-/// cannot be locked for another reason (an error) is still taken over: it is named after this
-/// reaper and nobody holds it.
-async fn claimed(cgroups: Vec<PathBuf>, reaper: Option<&Pidfd>) -> (Vec<PathBuf>, Vec<OwnedFd>) {
-    let mut locks = Vec::new();
-    let mut mine = Vec::new();
-    let mut held = Vec::new();
-    let mut claim =
-        |path: PathBuf, held: &mut Vec<PathBuf>| match Cgroup::at(&path).try_lock_owner() {
-            Ok(Some(lock)) => {
-                locks.push(lock);
-                mine.push(path);
-            }
-            Ok(None) => held.push(path),
-            Err(e) => {
-                tracing::debug!("cannot lock {}: {e}; taking it over", path.display());
-                mine.push(path);
-            }
-        };
-    for path in cgroups {
-        claim(path, &mut held);
-    }
-    if !held.is_empty() {
-        if let Some(r) = reaper {
-            let _ = r.exited().await;
-            let mut still = Vec::new();
-            for path in std::mem::take(&mut held) {
-                claim(path, &mut still);
-            }
-            held = still;
-        }
-    }
-    for path in held {
-        tracing::debug!(
-            "{} is held by another owner (a live reaper of the same name): left alone",
-            path.display()
-        );
-    }
-    (mine, locks)
-}
-
-/// The directories reaper named, read from stdin until EOF, or until reaper has been dead for
-/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec).
-fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
+/// What reaper says on its pipe ([`Inbox`]), read until EOF, or until reaper has been dead for
+/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec). Meanwhile
+/// a reaper found stopped is continued ([`continue_if_stopped`], every [`STOP_LOOK`]). Returns
+/// the directories it named.
+fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
     use rustix::event::{poll, PollFd, PollFlags};
-    let mut dirs: Vec<PathBuf> = Vec::new();
+    use std::time::Instant;
     let stdin = std::io::stdin();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let mut reaper_dead_since: Option<std::time::Instant> =
-        reaper.is_none().then(std::time::Instant::now);
+    let pipe = stdin.as_fd();
+    let mut inbox = Inbox::default();
+    let mut reaper_dead_since = reaper.is_none().then(Instant::now);
+    let mut next_look = Instant::now() + STOP_LOOK;
+    let mut warned = false;
     loop {
-        let timeout = reaper_dead_since.map(|_| rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 50_000_000,
-        });
+        let wait = match reaper_dead_since {
+            Some(_) => Duration::from_millis(50),
+            None => next_look.saturating_duration_since(Instant::now()),
+        };
+        let timeout = rustix::time::Timespec {
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: i64::from(wait.subsec_nanos()),
+        };
         let ready = {
-            let mut fds = vec![PollFd::new(&stdin, PollFlags::IN)];
+            let mut fds = vec![PollFd::new(&pipe, PollFlags::IN)];
             if let (Some(r), None) = (reaper, reaper_dead_since) {
                 fds.push(PollFd::new(r, PollFlags::IN));
             }
-            match poll(&mut fds, timeout.as_ref()) {
+            match poll(&mut fds, Some(&timeout)) {
                 Ok(_) => (
                     !fds[0].revents().is_empty(),
                     fds.get(1).is_some_and(|f| !f.revents().is_empty()),
@@ -605,29 +678,137 @@ fn read_dirs(reaper: Option<&Pidfd>) -> Vec<PathBuf> {
             }
         };
         if ready.1 {
-            reaper_dead_since = Some(std::time::Instant::now());
+            reaper_dead_since = Some(Instant::now());
         }
         if ready.0 {
-            let n = (&stdin).read(&mut chunk).unwrap_or(0);
-            if n == 0 {
+            if !inbox.read(pipe) {
                 break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-            while let Some(end) = buf.iter().position(|&b| b == 0) {
-                let rec: Vec<u8> = buf.drain(..=end).take(end).collect();
-                // Nothing else is sent; an unknown record is ignored.
-                if let Some((b'+', p)) = rec.split_first() {
-                    let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
-                    if dir.is_absolute() && !dirs.contains(&dir) {
-                        dirs.push(dir);
-                    }
-                }
             }
         } else if reaper_dead_since.is_some_and(|t| t.elapsed() >= EOF_AFTER_DEATH) {
             break;
         }
+        if let (Some(r), None) = (reaper, reaper_dead_since) {
+            if Instant::now() >= next_look {
+                next_look = Instant::now() + STOP_LOOK;
+                if !continue_if_stopped(r, reaper_start, &mut inbox, pipe, &mut warned) {
+                    break;
+                }
+            }
+        }
     }
-    dirs
+    inbox.dirs
+}
+
+/// How often the guardian looks whether reaper is stopped, while reaper lives.
+const STOP_LOOK: Duration = Duration::from_millis(250);
+
+/// What reaper has said on its pipe: NUL-terminated records `+DIR` (see the module docs), `P`
+/// (reaper is about to stop its own job: job control) and `R` (it was continued).
+#[derive(Default)]
+struct Inbox {
+    /// The start of a record whose NUL has not come yet.
+    partial: Vec<u8>,
+    dirs: Vec<PathBuf>,
+    /// Between a `P` and the next `R`: a stop of reaper now is its own.
+    pausing: bool,
+}
+
+impl Inbox {
+    fn take(&mut self, bytes: &[u8]) {
+        self.partial.extend_from_slice(bytes);
+        while let Some(end) = self.partial.iter().position(|&b| b == 0) {
+            let rec: Vec<u8> = self.partial.drain(..=end).take(end).collect();
+            match rec.split_first() {
+                Some((b'+', p)) => {
+                    let dir = PathBuf::from(String::from_utf8_lossy(p).into_owned());
+                    if dir.is_absolute() && !self.dirs.contains(&dir) {
+                        self.dirs.push(dir);
+                    }
+                }
+                Some((b'P', [])) => self.pausing = true,
+                Some((b'R', [])) => self.pausing = false,
+                // Nothing else is sent; an unknown record is ignored.
+                _ => {}
+            }
+        }
+    }
+
+    /// One read of the pipe (unbuffered: a buffer would hide from `poll` what it holds).
+    /// False at its EOF, or an error: nothing more will come.
+    fn read(&mut self, pipe: BorrowedFd<'_>) -> bool {
+        let mut chunk = [0u8; 4096];
+        loop {
+            match rustix::io::read(pipe, &mut chunk) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.take(&chunk[..n]);
+                    return true;
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Reads whatever the pipe holds right now, without waiting for more. False at its EOF.
+    fn read_ready(&mut self, pipe: BorrowedFd<'_>) -> bool {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let now = rustix::time::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        loop {
+            let mut fds = [PollFd::new(&pipe, PollFlags::IN)];
+            match poll(&mut fds, Some(&now)) {
+                Ok(0) => return true,
+                Ok(_) => {
+                    if !self.read(pipe) {
+                        return false;
+                    }
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// A process of the run can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces
+/// no timeout and answers nothing. So a reaper found stopped (`T` in `/proc/PID/stat`) that has
+/// not said it stops its own job ([`Inbox::pausing`]) is continued through its pidfd, and the
+/// guardian says so once. A traced reaper (`t`: a debugger holds it) is left alone. False at
+/// the pipe's EOF.
+fn continue_if_stopped(
+    reaper: &Pidfd,
+    start: u64,
+    inbox: &mut Inbox,
+    pipe: BorrowedFd<'_>,
+    warned: &mut bool,
+) -> bool {
+    match procfs::stat(reaper.raw_pid()) {
+        Ok(st) if st.starttime == start && st.state == 'T' => {}
+        _ => return true,
+    }
+    // reaper writes `P` before it stops its job: read after seeing the stop, it is there.
+    if !inbox.read_ready(pipe) {
+        return false;
+    }
+    if inbox.pausing {
+        return true;
+    }
+    if let Err(e) = signal::to_pidfd(reaper, Signal::CONT) {
+        tracing::debug!("cannot continue reaper: {e}");
+        return true;
+    }
+    if !*warned {
+        *warned = true;
+        say!(
+            "reaper guardian: reaper (pid {}) is stopped, and not by its own job control (a \
+             SIGSTOP from a process of its run?); continued it (SIGCONT)",
+            reaper.raw_pid()
+        );
+    }
+    true
 }
 
 /// The cgroups directly under `dirs` whose name `mine` accepts.
@@ -679,7 +860,7 @@ fn ignore_stop_signals() {
 async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
     // Kill every tree first, then wait and remove: one slow cgroup must not delay the others.
     for path in cgroups {
-        let _ = reaper_platform::linux::signal::to_cgroup_kill(&Cgroup::at(path));
+        let _ = signal::to_cgroup_kill(&Cgroup::at(path));
     }
     let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
     let mut failed = false;
@@ -703,11 +884,9 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
 mod tests {
     use super::*;
 
-    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
-    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
-    /// the guardian reads again everything arrives, in order.
-    #[test]
-    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+    /// reaper's side of a guardian that reads nothing: its pipe (both ends non-blocking)
+    /// already full. Returns it, the read end and how many bytes fill the pipe.
+    fn with_a_full_pipe() -> (Guardian, OwnedFd, usize) {
         use rustix::fs::OFlags;
         let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
         rustix::fs::fcntl_setfl(&w, OFlags::NONBLOCK).unwrap();
@@ -729,8 +908,32 @@ mod tests {
                 unsent: Vec::new(),
                 reported: false,
                 full: false,
+                pausing: false,
+                pausing_queued: false,
             }),
         };
+        (g, r, filled)
+    }
+
+    /// Everything the guardian's end of the pipe holds now.
+    fn drain(r: &OwnedFd) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = rustix::io::read(r, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
+    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
+    /// the guardian reads again everything arrives, in order.
+    #[test]
+    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+        let (g, r, filled) = with_a_full_pipe();
         let dir = |i: usize| PathBuf::from(format!("/sys/fs/cgroup/test-{i}"));
         for round in 0..3 {
             for i in 0..1000 {
@@ -745,21 +948,10 @@ mod tests {
             assert!(!ch.unsent.is_empty() && ch.unsent.len() <= queued);
         }
         // The guardian reads again: the next look sends what was queued.
-        let mut got = Vec::new();
-        let mut buf = [0u8; 65536];
-        while let Ok(n) = rustix::io::read(&r, &mut buf) {
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&buf[..n]);
-        }
-        assert_eq!(got.len(), filled);
+        assert_eq!(drain(&r).len(), filled);
         g.watch_dir(&dir(0));
         assert!(g.channel.lock().unwrap().unsent.is_empty());
-        let mut got = Vec::new();
-        while let Ok(n) = rustix::io::read(&r, &mut buf) {
-            got.extend_from_slice(&buf[..n]);
-        }
+        let got = drain(&r);
         let want: Vec<u8> = (0..MAX_DIRS)
             .flat_map(|i| format!("+{}\0", dir(i).display()).into_bytes())
             .collect();
@@ -767,5 +959,52 @@ mod tests {
             String::from_utf8_lossy(&got),
             String::from_utf8_lossy(&want)
         );
+    }
+
+    /// Pausing and resuming while the guardian reads nothing never queue more than one state
+    /// record, after what was queued before; once it reads again the newest state is what it
+    /// ends with.
+    #[test]
+    fn pausing_states_coalesce_in_a_full_pipe() {
+        let (g, r, filled) = with_a_full_pipe();
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        for _ in 0..1000 {
+            g.pausing();
+            g.resumed();
+        }
+        g.pausing();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"+/sys/fs/cgroup/a\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.resumed();
+        g.pausing();
+        assert_eq!(drain(&r), b"+/sys/fs/cgroup/a\0P\0");
+        // Full again: the first change is queued (never more than that one record), the
+        // newest state follows it once the pipe takes it.
+        let mut filled = 0;
+        {
+            let ch = g.channel.lock().unwrap();
+            let w = ch.pipe.as_ref().unwrap();
+            while let Ok(n) = rustix::io::write(w, &[b'x'; 4096]) {
+                filled += n;
+            }
+            while let Ok(n) = rustix::io::write(w, b"x") {
+                filled += n;
+            }
+        }
+        for _ in 0..1000 {
+            g.resumed();
+            g.pausing();
+        }
+        g.resumed();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"R\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        assert_eq!(
+            drain(&r),
+            b"R\0",
+            "R is the newest state: nothing follows it"
+        );
+        g.pausing();
+        assert_eq!(drain(&r), b"P\0");
     }
 }

@@ -81,6 +81,8 @@ fn main() -> std::process::ExitCode {
             Cmd::Run(a) => a.contain.wants_guardian(&a.guard),
             Cmd::Check(a) => a.contain.wants_guardian(&a.guard),
             Cmd::Mcp(a) => a.contain.wants_guardian(&a.guard),
+            // Its probe creates a run cgroup and starts leaders in it.
+            Cmd::Doctor(_) => cfg!(target_os = "linux"),
             _ => false,
         },
         Some(Err(_)) => false,

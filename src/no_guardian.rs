@@ -20,6 +20,14 @@ impl Guardian {
     pub fn done(&self) {
         match *self {}
     }
+
+    pub fn pausing(&self) {
+        match *self {}
+    }
+
+    pub fn resumed(&self) {
+        match *self {}
+    }
 }
 
 /// Nothing to fork before the runtime: reaper is always the parent here.

@@ -75,7 +75,8 @@ fn exited_within(fd: &OwnedFd, within: Duration) -> bool {
 /// runtime thread: ~630 calls later the pipe was full and the server froze (no answer, no ping,
 /// no timeout enforced, stdin EOF ignored). Now every call is answered, a ping too, a timeout
 /// still fires on time, stdin EOF still ends the server, and the stopped guardian is reported
-/// once. Each wait is bounded, so on the old code this test fails instead of hanging.
+/// once while serving, then continued at the end (and said so). Each wait is bounded, so on
+/// the old code this test fails instead of hanging.
 #[tokio::test]
 async fn a_stopped_guardian_never_stops_the_server() {
     if !common::have(common::Need::Cgroup) {
@@ -179,11 +180,21 @@ async fn a_stopped_guardian_never_stops_the_server() {
     assert!(took < SLACK, "exit took {took:?}");
     assert_eq!(status.code(), Some(0));
 
+    // Reported once while serving, and once more at the end, where reaper continues it.
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let reports = text.matches("the guardian (pid").count();
-    assert_eq!(reports, 1, "the stopped guardian is reported once:\n{text}");
+    let reports: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("the guardian (pid"))
+        .collect();
+    assert_eq!(reports.len(), 2, "{text}");
     assert!(
-        text.contains(&format!("the guardian (pid {gpid}) is stopped")),
+        reports[0].contains(&format!("the guardian (pid {gpid}) is stopped"))
+            && reports[0].contains("reaper serves on"),
+        "{text}"
+    );
+    assert!(
+        reports[1].contains(&format!("the guardian (pid {gpid}) is stopped"))
+            && reports[1].contains("continues it"),
         "{text}"
     );
 
@@ -334,7 +345,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         assert!(Instant::now() < deadline, "three escapees within 20 s");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let prefix = format!("reaper-{server_pid}-{server_start}-");
+    let prefix = format!("{}{server_start}-", common::run_cgroup_prefix(server_pid));
     let runs: Vec<String> = parent
         .children()
         .into_iter()
@@ -349,7 +360,7 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         .stderr(Stdio::null())
         .spawn()
         .expect("another reaper starts");
-    let other_prefix = format!("reaper-{}-", other.id());
+    let other_prefix = common::run_cgroup_prefix(other.id());
     let other_run = || {
         parent
             .children()
@@ -365,8 +376,15 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
     );
     let other_run = other_run().expect("the other reaper's run cgroup");
     // Named after this server's pid, but not its: a reused pid, and a kept run.
-    let reused = parent.child(&format!("reaper-{server_pid}-{}-0", server_start + 1));
-    let kept = parent.child(&format!("reaper-kept-{server_pid}-{server_start}-7"));
+    let reused = parent.child(&format!(
+        "{}{}-0",
+        common::run_cgroup_prefix(server_pid),
+        server_start + 1
+    ));
+    let kept = parent.child(&format!(
+        "reaper-kept-{}-{server_pid}-{server_start}-7",
+        common::pidns()
+    ));
     let in_reused = Sleeper::new(Some(&reused));
     let in_kept = Sleeper::new(Some(&kept));
 
@@ -436,8 +454,8 @@ fn the_guardian_removes_the_supervisor_leaf_of_a_killed_reaper() {
     let parent = TestCgroup::new("guardian-leaf-killed");
     let mut stand_in = Sleeper::new(None);
     let leaf = parent.child(&format!(
-        "reaper-{}-{}-supervisor",
-        stand_in.pid(),
+        "{}{}-supervisor",
+        common::run_cgroup_prefix(stand_in.pid()),
         stand_in.start
     ));
     std::fs::write(leaf.join("cgroup.procs"), stand_in.pid().to_string()).expect("move in");
@@ -466,9 +484,12 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
     let parent = TestCgroup::new("guardian-leaf-done");
     let mut stand_in = Sleeper::new(None);
     let (pid, start) = (stand_in.pid(), stand_in.start);
-    let leaf = parent.child(&format!("reaper-{pid}-{start}-supervisor"));
+    let leaf = parent.child(&format!(
+        "{}{start}-supervisor",
+        common::run_cgroup_prefix(pid)
+    ));
     std::fs::write(leaf.join("cgroup.procs"), pid.to_string()).expect("move in");
-    let run = parent.child(&format!("reaper-{pid}-{start}-0"));
+    let run = parent.child(&format!("{}{start}-0", common::run_cgroup_prefix(pid)));
     let survivor = Sleeper::new(Some(&run));
     let (mut g, pipe) = guardian_for(&stand_in, &parent.0);
     drop(pipe); // `done`
@@ -500,7 +521,8 @@ fn the_guardian_removes_the_supervisor_leaf_after_reaper_exits() {
 }
 
 /// Without a guardian (`--no-guardian`), the next reaper's stale sweep removes a supervisor leaf
-/// whose reaper is gone, and leaves a live reaper's alone.
+/// whose reaper is gone, and leaves a live reaper's alone — in names of either form (with the
+/// PID namespace, and the older one without).
 #[test]
 fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
     if !common::have(common::Need::Cgroup) {
@@ -509,10 +531,21 @@ fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
     let parent = TestCgroup::new("guardian-leaf-sweep");
     let mut dead = Sleeper::new(None);
     dead.kill();
-    let dead_leaf = parent.child(&format!("reaper-{}-{}-supervisor", dead.pid(), dead.start));
+    let leaves = |s: &Sleeper| {
+        [
+            format!("reaper-{}-{}-supervisor", s.pid(), s.start),
+            format!(
+                "{}{}-supervisor",
+                common::run_cgroup_prefix(s.pid()),
+                s.start
+            ),
+        ]
+        .map(|n| parent.child(&n))
+    };
+    let dead_leaves = leaves(&dead);
     let live = Sleeper::new(None);
-    let live_leaf = parent.child(&format!("reaper-{}-{}-supervisor", live.pid(), live.start));
-    std::fs::write(live_leaf.join("cgroup.procs"), live.pid().to_string()).expect("move in");
+    let live_leaves = leaves(&live);
+    std::fs::write(live_leaves[1].join("cgroup.procs"), live.pid().to_string()).expect("move in");
     let parent_arg = parent.0.to_string_lossy().into_owned();
     let out = common::run_reaper([
         "run",
@@ -523,9 +556,460 @@ fn the_stale_sweep_removes_a_dead_reapers_supervisor_leaf() {
         "true",
     ]);
     assert_eq!(common::code(&out), 0, "{}", common::stderr(&out));
-    assert!(!dead_leaf.exists(), "a dead reaper's leaf is swept");
     assert!(
-        live_leaf.exists() && live.alive(),
+        dead_leaves.iter().all(|l| !l.exists()),
+        "a dead reaper's leaf is swept"
+    );
+    assert!(
+        live_leaves.iter().all(|l| l.exists()) && live.alive(),
         "a live reaper's leaf is not"
+    );
+}
+
+/// `sh -c` text that sets `cg` to the run cgroup's directory, as its leader sees it.
+const RUN_CGROUP: &str = r#"cg="$MNT$(sed -n 's/^0:://p' /proc/self/cgroup)""#;
+
+/// Waits (up to 10 s) for `path` to hold a line, and returns its words.
+fn marker(path: &Path) -> Vec<String> {
+    let mut words = Vec::new();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            let text = std::fs::read_to_string(path).unwrap_or_default();
+            if !text.ends_with('\n') {
+                return false;
+            }
+            words = text.split_whitespace().map(str::to_owned).collect();
+            true
+        }),
+        "the hostile command never wrote {}",
+        path.display()
+    );
+    words
+}
+
+/// Whether `/proc/locks` shows a `flock` of process `pid` on the inode `ino`: held, or waited
+/// for (`->`).
+fn flock_of(pid: i32, ino: u64, waiting: bool) -> bool {
+    std::fs::read_to_string("/proc/locks")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| {
+            let w: Vec<&str> = l.split_whitespace().collect();
+            let w = match w.get(1) {
+                Some(&"->") if waiting => &w[2..],
+                Some(&"->") => return false,
+                _ if waiting => return false,
+                _ => &w[1..],
+            };
+            w.first() == Some(&"FLOCK")
+                && w.get(3) == Some(&pid.to_string().as_str())
+                && w.get(4)
+                    .and_then(|dev_ino| dev_ino.rsplit(':').next())
+                    .is_some_and(|i| i == ino.to_string())
+        })
+}
+
+/// A run whose tree waits in a blocking `flock -x` on its own run cgroup's directory, under
+/// `parent`, reaper's stderr going to `log`: reaper, the cgroup, and the waiter's pid and start
+/// time — once the waiter is seen blocked on that directory's lock in `/proc/locks`.
+fn flock_waiter_run(
+    parent: &TestCgroup,
+    extra: &[&str],
+    tmp: &Path,
+) -> (std::process::Child, PathBuf, (i32, u64)) {
+    use std::os::unix::fs::MetadataExt;
+    let mark = tmp.join("waiter");
+    let script =
+        format!("{RUN_CGROUP}; flock -x \"$cg\" sleep 600 & echo \"$! $cg\" > \"$MARK\"; wait");
+    let child = common::reaper()
+        .arg("run")
+        .args(extra)
+        .args([
+            "--cgroup-parent",
+            &parent.0.to_string_lossy(),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env("MNT", common::cgroup2_mount().expect("a cgroup2 mount"))
+        .env("MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(tmp.join("stderr")).expect("a log file"))
+        .spawn()
+        .expect("reaper starts");
+    let words = marker(&mark);
+    let pid: i32 = words[0].parse().expect("the waiter's pid");
+    let cg = PathBuf::from(&words[1]);
+    let start = common::stat(pid).expect("the waiter runs").1;
+    let ino = std::fs::metadata(&cg).expect("the run cgroup").ino();
+    assert!(
+        common::wait_until(Duration::from_secs(10), || flock_of(pid, ino, true)),
+        "the waiter never blocked on the run cgroup's lock"
+    );
+    (child, cg, (pid, start))
+}
+
+/// A process of the run waits in `flock -x` on its own run cgroup. When reaper is SIGKILLed,
+/// the kernel hands reaper's owner lock to that waiter, and the guardian, which trusted the
+/// lock, took the cgroup for another live reaper's and left it, the tree with it. The name
+/// carries reaper's PID namespace now, so the guardian knows the cgroup is its reaper's without
+/// asking the lock: it kills the tree and removes the cgroup.
+#[test]
+fn a_flock_waiter_in_the_run_does_not_keep_the_guardian_out() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let parent = TestCgroup::new("guardian-flock");
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mut reaper, cg, (wpid, wstart)) = flock_waiter_run(&parent, &[], tmp.path());
+    let (gpid, gstart) =
+        common::guardian_of(reaper.id() as i32).expect("reaper run runs a guardian");
+    let gfd = common::pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    let t0 = Instant::now();
+    common::signal_child(&reaper, rustix::process::Signal::KILL);
+    let _ = reaper.wait();
+    let gone = common::wait_until(Duration::from_secs(1) + SLACK, || {
+        !cg.exists() && !common::alive(wpid, wstart)
+    });
+    eprintln!("SIGKILL to the run cgroup removed: {:?}", t0.elapsed());
+    assert!(
+        gone,
+        "the run cgroup {} (exists: {}) or the waiter (alive: {}) outlived reaper",
+        cg.display(),
+        cg.exists(),
+        common::alive(wpid, wstart)
+    );
+    assert!(exited_within(&gfd, SLACK), "the guardian did not exit");
+}
+
+/// The same attack without a guardian: the waiter holds the dead reaper's owner lock, and the
+/// next reaper's stale sweep, which took a held lock for a live owner, skipped the cgroup for
+/// good. A name of the sweeper's own PID namespace is decided by its owner's pid and start time
+/// alone: the next reaper removes it and kills the waiter.
+#[test]
+fn a_flock_waiter_in_a_dead_reapers_run_does_not_keep_the_stale_sweep_out() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let parent = TestCgroup::new("sweep-flock");
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mut reaper, cg, (wpid, wstart)) =
+        flock_waiter_run(&parent, &["--no-guardian"], tmp.path());
+    common::signal_child(&reaper, rustix::process::Signal::KILL);
+    let _ = reaper.wait();
+    let ino = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(&cg)
+            .expect("nothing removed the run cgroup")
+            .ino()
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(10), || flock_of(wpid, ino, false)),
+        "the waiter never got the dead reaper's lock"
+    );
+    let out = common::run_reaper([
+        "run",
+        "--no-guardian",
+        "--cgroup-parent",
+        &parent.0.to_string_lossy(),
+        "--",
+        "true",
+    ]);
+    assert_eq!(common::code(&out), 0, "{}", common::stderr(&out));
+    assert!(
+        !cg.exists() && !common::alive(wpid, wstart),
+        "the stale cgroup {} (exists: {}) or its waiter (alive: {}) survived the sweep",
+        cg.display(),
+        cg.exists(),
+        common::alive(wpid, wstart)
+    );
+}
+
+/// Continues the process behind a pidfd when dropped, whatever the test's fate, so a failing
+/// test never leaves a process stopped.
+struct ContinueOnDrop(OwnedFd);
+
+impl Drop for ContinueOnDrop {
+    fn drop(&mut self) {
+        let _ = rustix::process::pidfd_send_signal(self.0.as_fd(), rustix::process::Signal::CONT);
+    }
+}
+
+/// A contained process finds the guardian by its title and SIGSTOPs it. The stopped guardian
+/// held reaper's stderr, so a caller reading reaper's output through a pipe to its end
+/// (`out=$(reaper run … 2>&1)`, `subprocess.run(capture_output=True)`) waited for ever. Now the
+/// guardian holds no pipe of the caller's, and reaper, when done, continues its stopped
+/// guardian (and says so), which then exits.
+#[test]
+fn a_guardian_stopped_from_the_tree_holds_no_pipe_of_the_caller_and_ends() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mark, go) = (tmp.path().join("stopped"), tmp.path().join("go"));
+    let script = r#"
+        g=
+        for p in /proc/[0-9]*; do
+            case "$(tr '\0' ' ' < "$p/cmdline" 2>/dev/null)" in
+                "reaper guardian $PPID "*) g=${p#/proc/} ;;
+            esac
+        done
+        [ -n "$g" ] || exit 3
+        kill -STOP "$g" || exit 4
+        i=0
+        until [ "$(cut -d' ' -f3 "/proc/$g/stat")" = T ]; do
+            i=$((i + 1)); [ $i -lt 1000 ] || exit 5; sleep 0.01
+        done
+        echo "$g T" > "$MARK"
+        i=0
+        until [ -e "$GO" ]; do i=$((i + 1)); [ $i -lt 1000 ] || exit 6; sleep 0.01; done
+    "#;
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    let mut reaper = common::reaper()
+        .args(["run", "--", "sh", "-c", script])
+        .env("MARK", &mark)
+        .env("GO", &go)
+        .stdin(Stdio::null())
+        .stdout(writer.try_clone().expect("dup the pipe"))
+        .stderr(writer)
+        .spawn()
+        .expect("reaper starts");
+    // `2>&1` captured to its end, as `$(…)` does.
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut { reader }, &mut out);
+        let _ = tx.send(out);
+    });
+    let words = marker(&mark);
+    assert_eq!(words.get(1).map(String::as_str), Some("T"), "{words:?}");
+    let gpid: i32 = words[0].parse().expect("the guardian's pid");
+    let gstart = common::stat(gpid).expect("the guardian").1;
+    let gfd = common::pidfd_checked(gpid, gstart).expect("the guardian is alive");
+    let _continue = ContinueOnDrop(gfd.try_clone().expect("dup the pidfd"));
+    assert_eq!(
+        common::state(gpid),
+        Some('T'),
+        "the tree stopped the guardian"
+    );
+    std::fs::write(&go, "").expect("let the command end");
+
+    let t0 = Instant::now();
+    let out = rx.recv_timeout(Duration::from_secs(10));
+    let st = common::wait_with_deadline(&mut reaper, SLACK);
+    let out = out.expect("the caller's pipe reached its end within 10 s");
+    eprintln!("end of the command to the pipe's end: {:?}", t0.elapsed());
+    assert_eq!(st.code(), Some(0), "{out}");
+    assert!(
+        out.contains(&format!("the guardian (pid {gpid}) is stopped")) && out.contains("continue"),
+        "reaper says it continues its stopped guardian: {out}"
+    );
+    assert!(
+        exited_within(&gfd, SLACK),
+        "the stopped guardian outlived reaper"
+    );
+}
+
+/// Without `--sandbox`, a contained `kill -STOP $PPID` stopped reaper: its timeout never fired.
+/// The guardian, which holds a pidfd on reaper, now sees reaper stopped without having said it
+/// stops on purpose (job control), continues it and says so: the timeout fires on time.
+#[test]
+fn a_reaper_stopped_from_the_tree_is_continued_by_its_guardian() {
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("a temporary directory");
+    let (mark, log) = (tmp.path().join("stopped"), tmp.path().join("stderr"));
+    // A busy look (no fork per turn), so the stop is seen before the guardian undoes it.
+    let script = r#"
+        kill -STOP "$PPID" || exit 3
+        i=0
+        while :; do
+            read -r line < "/proc/$PPID/stat"; set -- $line
+            [ "$3" = T ] && break
+            i=$((i + 1)); [ $i -lt 200000 ] || { echo never > "$MARK"; exit 4; }
+        done
+        echo "$PPID T" > "$MARK"
+        sleep 100
+    "#;
+    let t0 = Instant::now();
+    let mut reaper = common::reaper()
+        .args([
+            "run",
+            "--timeout",
+            "2s",
+            "--grace",
+            "200ms",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .env("MARK", &mark)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).expect("a log file"))
+        .spawn()
+        .expect("reaper starts");
+    let st = common::wait_with_deadline(&mut reaper, Duration::from_secs(2) + SLACK + SLACK);
+    let took = t0.elapsed();
+    let words = marker(&mark);
+    assert_eq!(
+        words,
+        [reaper.id().to_string(), "T".to_owned()],
+        "the tree stopped reaper"
+    );
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(st.code(), Some(124), "{text}");
+    assert!(took < Duration::from_secs(2) + SLACK, "took {took:?}");
+    assert!(
+        text.contains(&format!("reaper (pid {}) is stopped", reaper.id())),
+        "the guardian says it continued reaper: {text}"
+    );
+}
+
+/// The guardian tells reaper's own job-control stops from the others by what reaper said on the
+/// pipe: a stand-in reaper (a `sleep` of the test's, which the guardian watches) is stopped
+/// after `P` (reaper is about to stop its own job) and stays stopped; after `R` (it was
+/// continued) a stop is no longer its own, and the guardian continues it.
+#[test]
+fn the_guardian_leaves_a_stop_reaper_announced_and_continues_any_other() {
+    let stand_in = Sleeper::new(None);
+    let fd = common::pidfd_checked(stand_in.pid(), stand_in.start).expect("sleep runs");
+    let _continue = ContinueOnDrop(fd.try_clone().expect("dup the pidfd"));
+    let mut g = common::reaper()
+        .args([
+            "guardian",
+            &stand_in.pid().to_string(),
+            &stand_in.start.to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the guardian starts");
+    let mut pipe = g.stdin.take().expect("piped stdin");
+    let say = |pipe: &mut std::process::ChildStdin, rec: &[u8]| {
+        std::io::Write::write_all(pipe, rec).expect("tell the guardian");
+    };
+    let stop = || {
+        rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::STOP)
+            .expect("SIGSTOP the stand-in");
+        assert!(
+            common::wait_until(Duration::from_secs(5), || common::state(stand_in.pid())
+                == Some('T')),
+            "the stand-in stopped"
+        );
+    };
+    // Announced: still stopped after four of the guardian's looks.
+    say(&mut pipe, b"P\0");
+    stop();
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(
+        common::state(stand_in.pid()),
+        Some('T'),
+        "an announced stop is left"
+    );
+    // No longer announced: continued.
+    say(&mut pipe, b"R\0");
+    assert!(
+        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
+        "the guardian continues a stop reaper did not announce"
+    );
+    stop();
+    assert!(
+        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
+        "…every time"
+    );
+    drop(pipe);
+    let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
+    assert_eq!(st.code(), Some(0));
+}
+/// Whether `name` is a run cgroup name (`reaper-…-SEQ` or `reaper-…-supervisor`) carrying
+/// `pid` among its owner fields.
+fn carries_pid(name: &str, pid: u32) -> bool {
+    let fields: Vec<&str> = name.split('-').collect();
+    fields.len() >= 4
+        && fields[0] == "reaper"
+        && fields[1..fields.len() - 1].contains(&pid.to_string().as_str())
+}
+
+/// `reaper doctor` probes by creating a run cgroup (and starting leaders in it). SIGKILLed
+/// during the probe, it left that cgroup to the next reaper's stale sweep: it had no guardian.
+/// Now it has one: 40 doctors, each SIGKILLed at another moment of its probe, leave nothing.
+/// They live in a test cgroup of their own, so no other reaper's sweep removes what they leave.
+#[test]
+fn a_doctor_sigkilled_during_its_probe_leaves_no_cgroup() {
+    use std::os::unix::process::CommandExt;
+    if !common::have(common::Need::Cgroup) {
+        return;
+    }
+    const TRIES: u32 = 40;
+    let parent = TestCgroup::new("doctor-kill");
+    let procs = std::fs::OpenOptions::new()
+        .write(true)
+        .open(parent.0.join("cgroup.procs"))
+        .expect("the test cgroup's cgroup.procs");
+    let doctor = || {
+        use std::os::fd::AsRawFd;
+        let fd = procs.as_raw_fd();
+        let mut cmd = common::reaper();
+        cmd.args(["doctor", "--json", "--delegate", "never"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        // SAFETY: write(2) of a constant into an fd opened before the fork: async-signal-safe
+        // and allocation-free, as pre_exec requires.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::write(fd, b"0".as_ptr().cast(), 1) == 1 {
+                    Ok(())
+                } else {
+                    Err(std::io::Error::last_os_error())
+                }
+            });
+        }
+        cmd.spawn().expect("reaper doctor starts")
+    };
+    // How long a whole probe takes here, to spread the kills over it.
+    let t0 = Instant::now();
+    let st = doctor().wait().expect("wait for doctor");
+    let whole = t0.elapsed();
+    assert!(st.code().is_some(), "{st:?}");
+    let mut killed = Vec::new();
+    let mut mid_probe = 0;
+    for i in 0..TRIES {
+        let mut d = doctor();
+        std::thread::sleep(whole * i / TRIES);
+        let had_cgroup = parent.children().iter().any(|n| carries_pid(n, d.id()));
+        common::signal_child(&d, rustix::process::Signal::KILL);
+        let st = d.wait().expect("wait for doctor");
+        if st.code().is_none() {
+            killed.push(d.id());
+            mid_probe += u32::from(had_cgroup);
+        }
+    }
+    eprintln!(
+        "{} of {TRIES} doctors SIGKILLed ({mid_probe} with their run cgroup there), a probe \
+         takes {whole:?}",
+        killed.len()
+    );
+    assert!(
+        mid_probe > 0,
+        "no doctor was killed while its run cgroup existed"
+    );
+    let left = || -> Vec<String> {
+        parent
+            .children()
+            .into_iter()
+            .filter(|n| killed.iter().any(|&pid| carries_pid(n, pid)))
+            .collect()
+    };
+    common::wait_until(Duration::from_millis(1500), || left().is_empty());
+    assert_eq!(
+        left(),
+        Vec::<String>::new(),
+        "cgroups the killed doctors left"
     );
 }

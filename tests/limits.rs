@@ -25,7 +25,7 @@ fn doctor() -> serde_json::Value {
 
 /// Directories under the cgroup2 mount's reaper cgroups named after reaper process `pid`.
 fn cgroups_of(dir: &Path, pid: u32) -> Vec<PathBuf> {
-    let prefix = format!("reaper-{pid}-");
+    let prefix = run_cgroup_prefix(pid);
     std::fs::read_dir(dir)
         .map(|rd| {
             rd.filter_map(|e| e.ok())

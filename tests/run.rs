@@ -1048,3 +1048,51 @@ fn a_failed_start_gives_the_terminal_back() {
     };
     assert_shows(&out, &["command not found", "got hi"]);
 }
+
+/// The same stop on the cgroup backend, where a guardian watches reaper and continues it when
+/// something of its run stops it: reaper says it stops its own job, so the guardian leaves the
+/// job stopped until the user's `fg` (the leader says `resumed` only after it). (`check
+/// --interrupt-group`: on this backend only that gives the leader a group of its own, and so
+/// the terminal.)
+#[test]
+fn a_job_control_stop_is_not_undone_by_the_guardian() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    // A cgroup of the test's (no stale cgroup elsewhere delays the run), removed however the
+    // test ends.
+    struct TestCgroup(std::path::PathBuf);
+    impl Drop for TestCgroup {
+        fn drop(&mut self) {
+            remove_test_cgroup(&self.0);
+        }
+    }
+    let parent = TestCgroup(
+        cgroup2_mount()
+            .expect("a cgroup2 mount")
+            .join(format!("reaper-test-jobstop-{}", std::process::id())),
+    );
+    std::fs::create_dir(&parent.0).expect("create the test cgroup");
+    let out = on_a_terminal(
+        &format!(
+            "sleep 1; echo \"\\$REAPER check --stdin inherit --interrupt-group --cgroup-parent {} -- sh -c 'kill -TSTP \\$\\$; echo resumed; read y; echo got \\$y'\"; \
+             sleep 2; echo 'echo before-$((1+1))'; sleep 1; echo fg; sleep 1; echo world; sleep 1; echo 'echo rc=$?; exit'",
+            parent.0.display()
+        ),
+        "bash --norc --noprofile -i",
+    );
+    let Some(out) = out else {
+        return;
+    };
+    assert_shows(&out, &["Stopped", "resumed", "got world", "rc=0"]);
+    // The lines the commands printed, not the terminal's echo of what was typed.
+    let (stopped, before_fg, resumed) = (
+        out.lines().position(|l| l.contains("Stopped")),
+        out.lines().position(|l| l.contains("before-2")),
+        out.lines().position(|l| l == "resumed"),
+    );
+    assert!(
+        stopped < before_fg && before_fg < resumed,
+        "the job went on before `fg`:\n{out}"
+    );
+}

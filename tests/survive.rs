@@ -139,12 +139,12 @@ fn a_guardian_forked_under_a_short_command_line_still_cleans_up() {
 }
 
 /// A reaper in another PID namespace can have this reaper's pid and start time (two PID 1s
-/// started in the same clock tick) and so name its cgroups exactly as this reaper would. When
-/// this reaper is SIGKILLed, its guardian must take over only the cgroups nobody holds: the
-/// other reaper's stay locked by their live owner and are never touched. Here the test stands
-/// in for that reaper: it makes `reaper-PID-START-999` under the same parent, locks it, and
-/// puts a process of its own in it. (Before the guardian checked the owner lock, it killed that
-/// process with its own run's tree.)
+/// started in the same clock tick). Its names differ from this reaper's by their first field,
+/// the PID namespace (and an older reaper's names have none). When this reaper is SIGKILLed,
+/// its guardian takes over only the cgroups that carry its own namespace, pid and start time:
+/// the other reapers' are never touched. Here the test stands in for those reapers: it makes
+/// `reaper-OTHERNS-PID-START-999` and `reaper-PID-START-998` under the same parent, locks them,
+/// and puts a process of its own in each.
 #[test]
 fn the_guardian_leaves_a_same_named_cgroup_another_owner_holds() {
     if !have(Need::Cgroup) {
@@ -165,17 +165,22 @@ fn the_guardian_leaves_a_same_named_cgroup_another_owner_holds() {
     let spawned = first_event(&mut child);
     let run_cgroup = std::path::PathBuf::from(spawned["cgroup"].as_str().unwrap());
     let start = stat(child.id() as i32).expect("reaper runs").1;
-    // The other owner's cgroup: same name pattern, locked, with a live process in it.
-    let theirs = parent.join(format!("reaper-{}-{start}-999", child.id()));
-    std::fs::create_dir(&theirs).unwrap();
-    let lock = std::fs::File::open(&theirs).unwrap();
-    rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
-    let mut bystander = Command::new("sleep").arg("600").spawn().unwrap();
-    std::fs::write(theirs.join("cgroup.procs"), bystander.id().to_string()).unwrap();
-    let (bpid, bstart) = (
-        bystander.id() as i32,
-        stat(bystander.id() as i32).unwrap().1,
-    );
+    // The other owners' cgroups: this reaper's pid and start time, locked, a live process in
+    // each.
+    let mut theirs = Vec::new();
+    for name in [
+        format!("reaper-{}-{}-{start}-999", pidns() + 1, child.id()),
+        format!("reaper-{}-{start}-998", child.id()),
+    ] {
+        let dir = parent.join(name);
+        std::fs::create_dir(&dir).unwrap();
+        let lock = std::fs::File::open(&dir).unwrap();
+        rustix::fs::flock(&lock, rustix::fs::FlockOperation::NonBlockingLockExclusive).unwrap();
+        let bystander = Command::new("sleep").arg("600").spawn().unwrap();
+        std::fs::write(dir.join("cgroup.procs"), bystander.id().to_string()).unwrap();
+        let start = stat(bystander.id() as i32).unwrap().1;
+        theirs.push((dir, lock, bystander, start));
+    }
     let (gpid, gstart) = guardian_of(child.id() as i32).expect("a guardian runs beside reaper");
     let pgid = rustix::process::Pid::from_raw(child.id() as i32).unwrap();
     rustix::process::kill_process_group(pgid, Signal::KILL).unwrap();
@@ -183,15 +188,22 @@ fn the_guardian_leaves_a_same_named_cgroup_another_owner_holds() {
     let cleaned = wait_until(Duration::from_secs(5), || {
         !run_cgroup.exists() && !alive(gpid, gstart)
     });
-    let bystander_alive = alive(bpid, bstart) && theirs.exists();
-    let _ = bystander.kill();
-    let _ = bystander.wait();
-    drop(lock);
+    let killed: Vec<String> = theirs
+        .iter()
+        .filter(|(dir, _, b, start)| !(alive(b.id() as i32, *start) && dir.exists()))
+        .map(|(dir, ..)| dir.display().to_string())
+        .collect();
+    for (_, lock, mut bystander, _) in theirs {
+        let _ = bystander.kill();
+        let _ = bystander.wait();
+        drop(lock);
+    }
     remove_test_cgroup(&parent);
     assert!(cleaned, "the guardian did not clean up its own run");
-    assert!(
-        bystander_alive,
-        "the guardian killed a process in a cgroup another owner held"
+    assert_eq!(
+        killed,
+        Vec::<String>::new(),
+        "the guardian killed a process in another owner's cgroup"
     );
 }
 
@@ -333,10 +345,13 @@ fn the_guardian_takes_over_what_reaper_left_watched() {
     // This test process plays reaper: alive, so only the pipe tells the guardian anything.
     let me = std::process::id();
     let start = stat(me as i32).unwrap().1;
-    let cg = parent.join(format!("reaper-{me}-{start}-0"));
+    let ns = pidns();
+    let cg = parent.join(format!("reaper-{ns}-{me}-{start}-0"));
     let others: Vec<_> = [
-        format!("reaper-{me}-{}-0", start + 1),
-        format!("reaper-kept-{me}-{start}-1"),
+        format!("reaper-{ns}-{me}-{}-0", start + 1),
+        format!("reaper-kept-{ns}-{me}-{start}-1"),
+        format!("reaper-{}-{me}-{start}-2", ns + 1),
+        format!("reaper-{me}-{start}-3"),
         "reaper-test-unwatched".into(),
     ]
     .iter()
@@ -394,7 +409,7 @@ fn sigkill_right_after_start_leaves_no_cgroup() {
             .stdin(Stdio::null())
             .spawn()
             .unwrap();
-        let prefix = format!("reaper-{}-", child.id());
+        let prefix = run_cgroup_prefix(child.id());
         let mine = || {
             std::fs::read_dir(&mount)
                 .map(|rd| {

@@ -180,7 +180,17 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
             if let Ok(p) = &placement {
                 limit_controllers(&mut r, &env, p);
             }
-            match placement.and_then(|p| setup::create_run_cgroup(&p)) {
+            // A guardian, as a run has one: SIGKILLed during the probe, doctor leaves no cgroup.
+            let guardian = crate::guardian::Guardian::spawn()
+                .inspect_err(|e| tracing::debug!("no guardian for the probe: {e}"))
+                .ok();
+            let created = placement.and_then(|p| {
+                if let Some(g) = &guardian {
+                    g.watch_dir(&p.dir);
+                }
+                setup::create_run_cgroup(&p)
+            });
+            match created {
                 Ok(mut b) => {
                     r.cgroup_writable = true;
                     r.cgroup_kill = b.cgroup().has_kill();
@@ -201,6 +211,9 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
                 }
                 // doctor is what the hint would send the user to: the message without it.
                 Err(e) => r.cgroup_error = Some(e.what().to_owned()),
+            }
+            if let Some(g) = &guardian {
+                g.done();
             }
         }
     }

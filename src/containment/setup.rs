@@ -2,9 +2,11 @@
 //! pick the parent for run cgroups, clear stale ones, create the run's cgroup — or explain why
 //! not, so `auto` can fall back and `doctor` can tell the user.
 //!
-//! Run cgroups are named `reaper-PID-STARTTIME-SEQ` after the reaper process that owns them, so
-//! a later reaper can prove the owner is gone (pid and start time) before removing one, and
-//! never touches anything else.
+//! Run cgroups are named `reaper-PIDNS-PID-STARTTIME-SEQ` after the reaper process that owns
+//! them: the inode of its PID namespace, its pid and start time there. A later reaper of the
+//! same namespace proves the owner gone by pid and start time before removing one; the owner
+//! lock (an exclusive `flock` on the directory) speaks only for an owner it cannot see. Nothing
+//! else is ever touched.
 
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -44,8 +46,8 @@ pub fn discover() -> Result<CgroupEnv, Error> {
     // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
     // enabling controllers, is still the one above (else every later run would nest a level
     // deeper, inside a cgroup that holds reaper).
-    if let Ok((pid, start)) = own_identity() {
-        let leaf = format!("/{}", supervisor_name(pid, start));
+    if let Ok(me) = me() {
+        let leaf = format!("/{}", supervisor_name(me));
         if let Some(parent) = own_path.strip_suffix(&leaf) {
             own_path = if parent.is_empty() {
                 "/".to_owned()
@@ -91,22 +93,34 @@ fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
     Ok(found)
 }
 
-/// reaper's pid and start time, read from /proc/self/stat once: neither changes for a
-/// process's life. Kept with the pid it was read for, so a forked child (the guardian) that
-/// inherited the cell reads its own.
-fn own_identity() -> std::io::Result<(i32, u64)> {
-    static ME: OnceLock<(i32, u64)> = OnceLock::new();
+/// This reaper as its names carry it: its PID namespace, pid and start time, read once (none
+/// of them changes for a process's life). Kept with the pid it was read for, so a forked child
+/// (the guardian) that inherited the cell reads its own.
+pub fn me() -> std::io::Result<Owner> {
+    static ME: OnceLock<Owner> = OnceLock::new();
     let pid = rustix::process::getpid().as_raw_nonzero().get();
     match ME.get() {
-        Some(&(p, start)) if p == pid => Ok((p, start)),
+        Some(&me) if me.pid == pid => Ok(me),
         _ => {
-            let me = procfs::self_identity()?;
-            if me.0 == pid {
+            let (pid, start) = procfs::self_identity()?;
+            let me = Owner {
+                pidns: Some(procfs::pid_namespace()?),
+                pid,
+                start,
+            };
+            if me.pid == pid {
                 let _ = ME.set(me);
             }
             Ok(me)
         }
     }
+}
+
+/// [`me`], for an error that says what could not be read.
+fn me_or_err() -> Result<Owner, Error> {
+    me().map_err(|e| {
+        format!("cannot read reaper's identity (/proc/self/stat, /proc/self/ns/pid): {e}").into()
+    })
 }
 
 /// A small /proc file whole, in one read when it fits 4 KiB (`read_to_string` starts at 32
@@ -228,9 +242,7 @@ pub fn ensure_leaf(
     if parent.procs()?.iter().all(|p| *p != me) {
         return Ok(None);
     }
-    let (pid, start) =
-        procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let name = supervisor_name(pid, start);
+    let name = supervisor_name(me_or_err()?);
     let (leaf, lock) = create_owned(&placement.dir, || name.clone(), Cgroup::create)?;
     // Locked before reaper moves in, and for as long as reaper lives: a sweep that cannot see
     // this process (another PID namespace) would otherwise take the leaf for a stale one and
@@ -242,9 +254,9 @@ pub fn ensure_leaf(
     Ok(Some(leaf))
 }
 
-/// The name of the leaf reaper `(pid, start)` moves itself into (see [`ensure_leaf`]).
-pub fn supervisor_name(pid: i32, start: u64) -> String {
-    format!("{PREFIX}{pid}-{start}-supervisor")
+/// The name of the leaf reaper `owner` moves itself into (see [`ensure_leaf`]).
+pub fn supervisor_name(owner: Owner) -> String {
+    owner.name("supervisor")
 }
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
@@ -252,14 +264,8 @@ const PREFIX: &str = "reaper-";
 
 /// Creates a fresh run cgroup under `placement`.
 pub fn create_run_cgroup(placement: &Placement) -> Result<CgroupBackend, Error> {
-    let (pid, start) =
-        procfs::self_identity().map_err(|e| format!("cannot read /proc/self/stat: {e}"))?;
-    let next_name = || {
-        format!(
-            "{PREFIX}{pid}-{start}-{}",
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        )
-    };
+    let me = me_or_err()?;
+    let next_name = || me.name(&SEQ.fetch_add(1, Ordering::Relaxed).to_string());
     let (cg, lock) = create_owned(&placement.dir, next_name, Cgroup::create)?;
     let path = format!("{}/{}", placement.path.trim_end_matches('/'), cg.name());
     CgroupBackend::new(cg.clone(), path, lock).inspect_err(|_| {
@@ -270,12 +276,14 @@ pub fn create_run_cgroup(placement: &Placement) -> Result<CgroupBackend, Error> 
 /// Creates a cgroup of ours (`mkdir` with a name from `next_name`) and takes its owner lock.
 ///
 /// The two steps cannot be one, and between them a stale-cgroup sweep that cannot see this
-/// process (it runs in another PID namespace, so the owner pid in the name proves nothing to
-/// it) finds a directory nobody has locked. The sweep claims a cgroup by taking that lock and
-/// holds it until the cgroup is removed, so exactly one side gets it: if we do, no sweep will
-/// touch the cgroup while we live; if the sweep does, the directory is its to remove and we
-/// make a fresh one. Each retry needs a sweep to win the race again, so a few suffice; no wait
-/// is involved, so a stopped sweeper cannot hold us up.
+/// process (it runs in another PID namespace, or reads a `/proc` of another one, so the owner
+/// pid in the name proves nothing to it) finds a directory nobody has locked. The sweep claims
+/// a cgroup by taking that lock and holds it until the cgroup is removed, so exactly one side
+/// gets it: if we do, no such sweep will touch the cgroup while we live; if the sweep does, the
+/// directory is its to remove and we make a fresh one. (A sweep that can see us leaves the
+/// cgroup alone by our pid and start time, lock or no lock.) Each retry needs a sweep to win
+/// the race again, so a few suffice; no wait is involved, so a stopped sweeper cannot hold us
+/// up.
 fn create_owned(
     dir: &Path,
     mut next_name: impl FnMut() -> String,
@@ -284,9 +292,8 @@ fn create_owned(
     for _ in 0..CLAIM_ATTEMPTS {
         let cg = match mkdir(dir, &next_name()) {
             Ok(cg) => cg,
-            // Another reaper's: one in another PID namespace can have our pid and start time
-            // (two PID 1s started in the same clock tick), and so our names. Never ours to
-            // use; the next name is.
+            // Not ours to use, whoever made it (a dead reaper of a namespace whose inode ours
+            // reuses, with our pid and start time); the next name is.
             Err(e) if e.source.raw_os_error() == Some(libc::EEXIST) => {
                 tracing::debug!("{e}; creating another");
                 continue;
@@ -317,15 +324,45 @@ fn create_owned(
 /// How many fresh cgroups [`create_owned`] makes before giving up to sweeps that claim them.
 const CLAIM_ATTEMPTS: usize = 4;
 
-/// The owner `(pid, starttime)` encoded in a name of ours, or `None` for anything else.
-pub fn owner_of(name: &str) -> Option<(i32, u64)> {
-    let rest = name.strip_prefix(PREFIX)?;
-    let mut parts = rest.splitn(3, '-');
-    let pid = parts.next()?.parse().ok()?;
-    let start = parts.next()?.parse().ok()?;
-    let tail = parts.next()?;
+/// The reaper a run cgroup's name says owns it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Owner {
+    /// The inode of its PID namespace; `None` in a name of the older form
+    /// `reaper-PID-STARTTIME-…`, which did not carry it.
+    pub pidns: Option<u64>,
+    /// Its pid and start time, in that namespace.
+    pub pid: i32,
+    pub start: u64,
+}
+
+impl Owner {
+    /// The name of its cgroup `tail` (a sequence number, or `supervisor`).
+    fn name(&self, tail: &str) -> String {
+        let Owner { pidns, pid, start } = self;
+        match pidns {
+            Some(ns) => format!("{PREFIX}{ns}-{pid}-{start}-{tail}"),
+            None => format!("{PREFIX}{pid}-{start}-{tail}"),
+        }
+    }
+}
+
+/// The owner encoded in a name of ours (`reaper-PIDNS-PID-START-SEQ` or `…-supervisor`, or the
+/// older form without PIDNS), or `None` for anything else.
+pub fn owner_of(name: &str) -> Option<Owner> {
+    let fields: Vec<&str> = name.strip_prefix(PREFIX)?.split('-').collect();
+    let (pidns, rest) = match fields.as_slice() {
+        [ns, pid, start, tail] => (Some(ns.parse().ok()?), [*pid, *start, *tail]),
+        [pid, start, tail] => (None, [*pid, *start, *tail]),
+        _ => return None,
+    };
+    let [pid, start, tail] = rest;
+    let owner = Owner {
+        pidns,
+        pid: pid.parse().ok()?,
+        start: start.parse().ok()?,
+    };
     (tail == "supervisor" || (!tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit())))
-        .then_some((pid, start))
+        .then_some(owner)
 }
 
 /// Removes run cgroups under `dir` whose owning reaper is provably gone: kills what is left in
@@ -335,29 +372,42 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
     let Ok(names) = Cgroup::at(dir).children() else {
         return removed;
     };
+    // The namespace whose pids this sweep can check: its own, unless /proc shows another.
+    let seen_pidns = me()
+        .ok()
+        .and_then(|me| me.pidns)
+        .filter(|_| !procfs::is_foreign());
     for name in names {
-        let Some((pid, start)) = owner_of(&name) else {
+        let Some(owner) = owner_of(&name) else {
             continue;
         };
         let cg = Cgroup::at(dir.join(&name));
-        // Gone means both: no process with that pid and start time here, and nobody holding
-        // the owner lock (a reaper in another PID namespace shows neither pid nor start time).
-        if procfs::is_alive(pid, start) {
+        if procfs::is_alive(owner.pid, owner.start) {
             continue;
         }
         // The claim is this sweep's owner lock, held until the cgroup is removed: a creator in
         // another PID namespace that has made the directory but not locked it yet then fails
         // its lock and makes another (see `create_owned`), rather than running in a cgroup
-        // being killed. Not acquired: a live owner holds it (or it is already gone).
-        let Ok(Some(_claim)) = cg.try_lock_owner() else {
-            continue;
+        // being killed.
+        let _claim = match cg.try_lock_owner() {
+            Ok(Some(lock)) => Some(lock),
+            // An owner of this sweep's namespace is gone: no process has its pid and start
+            // time. Whoever holds its lock took it after it (a process of its run waiting in
+            // `flock`, the kernel handing it the lock at the owner's death; a guardian or
+            // another sweep at work on it), and is no proof of life.
+            _ if owner.pidns.is_some() && owner.pidns == seen_pidns => None,
+            // An owner this sweep cannot see (another namespace, or a name without one): only
+            // a free lock says it is gone. Not acquired: a live owner holds it (or the cgroup
+            // is already gone).
+            _ => continue,
         };
         if let Err(e) = remove_tree(&cg, deadline).await {
             tracing::warn!("stale cgroup {} left in place: {e}", cg.path().display());
         } else {
             tracing::info!(
-                "removed stale cgroup {} (its reaper, pid {pid}, is gone)",
-                cg.path().display()
+                "removed stale cgroup {} (its reaper, pid {}, is gone)",
+                cg.path().display(),
+                owner.pid
             );
             removed.push(cg.path().to_owned());
         }
@@ -420,9 +470,22 @@ mod tests {
 
     #[test]
     fn names_of_ours_carry_the_owner() {
-        assert_eq!(owner_of("reaper-123-456-0"), Some((123, 456)));
-        assert_eq!(owner_of("reaper-123-456-17"), Some((123, 456)));
-        assert_eq!(owner_of("reaper-123-456-supervisor"), Some((123, 456)));
+        let owner = |pidns, pid, start| Some(Owner { pidns, pid, start });
+        let me = Owner {
+            pidns: Some(4026531836),
+            pid: 123,
+            start: 456,
+        };
+        assert_eq!(owner_of(&me.name("0")), Some(me));
+        assert_eq!(owner_of(&supervisor_name(me)), Some(me));
+        assert_eq!(
+            owner_of("reaper-4026531836-123-456-17"),
+            owner(Some(4026531836), 123, 456)
+        );
+        assert_eq!(supervisor_name(me), "reaper-4026531836-123-456-supervisor");
+        // The older form, without the PID namespace.
+        assert_eq!(owner_of("reaper-123-456-0"), owner(None, 123, 456));
+        assert_eq!(owner_of("reaper-123-456-supervisor"), owner(None, 123, 456));
     }
 
     #[test]
@@ -437,7 +500,12 @@ mod tests {
             "reaper-a-2-3",
             "user.slice",
             "myreaper-1-2-3",
-            "reaper-1-2-3-4",
+            "reaper-1-2-3-4-5",
+            "reaper-x-1-2-3",
+            "reaper-1-2-3-",
+            "reaper-kept-1-2-3",
+            "reaper-kept-1-2-3-4",
+            "reaper-1-2.scope",
         ] {
             assert_eq!(owner_of(n), None, "{n}");
         }

@@ -1,6 +1,8 @@
 //! The leader: watched through its handle (a pidfd on Linux), reaped, its terminal handed over
 //! and taken back, a job-control stop passed on to reaper's own job.
 
+use std::sync::Arc;
+
 use reaper_platform::process::{ExitWatch, Handle};
 use reaper_platform::terminal::Foreground;
 use reaper_platform::{reap, signal, ExitStatus, Signal};
@@ -9,6 +11,7 @@ use tokio::time::Instant;
 
 use super::event::{Event, EventSink};
 use super::outcome;
+use crate::guardian::Guardian;
 
 /// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
 /// kept once known.
@@ -29,6 +32,9 @@ pub(super) struct Leader {
     /// Whether a stop of the leader is passed on to reaper's job (see `pass_on_stop`): not once
     /// reaper itself signals the tree.
     pub(super) job_control: bool,
+    /// The run's guardian, told when reaper stops its own job: it continues a reaper stopped
+    /// any other way.
+    pub(super) guardian: Option<Arc<Guardian>>,
     pub(super) sink: EventSink,
 }
 
@@ -125,8 +131,14 @@ impl Leader {
         }
         let group = self.handle.raw_pid();
         let _ = t.take_back_from(group);
+        if let Some(g) = &self.guardian {
+            g.pausing();
+        }
         // Returns once reaper's job is continued (or at once if no shell controls it).
         signal::stop_own_job();
+        if let Some(g) = &self.guardian {
+            g.resumed();
+        }
         if let Err(e) = t.give_to(group) {
             tracing::debug!("cannot hand the terminal back to group {group}: {e}");
         }

@@ -106,6 +106,7 @@ impl Run {
             sigchld,
             terminal,
             job_control: true,
+            guardian: guardian.clone(),
             sink: sink.clone(),
         };
         let run = Run {

@@ -338,6 +338,17 @@ pub fn guardian_of(pid: i32) -> Option<(i32, u64)> {
     None
 }
 
+/// The inode of this process's PID namespace: the first field of the run cgroup names of a
+/// reaper started by the test (`reaper-PIDNS-PID-START-SEQ`).
+pub fn pidns() -> u64 {
+    procfs::pid_namespace().expect("/proc/self/ns/pid")
+}
+
+/// The start of the names of the run cgroups of reaper `pid` started by the test.
+pub fn run_cgroup_prefix(pid: impl std::fmt::Display) -> String {
+    format!("reaper-{}-{pid}-", pidns())
+}
+
 pub fn state(pid: i32) -> Option<char> {
     stat(pid).map(|s| s.0)
 }

@@ -116,8 +116,10 @@ def cgroup_mount():
 
 
 def reaper_cgroups_of(pid):
-    """Run cgroups created by reaper process `pid` (named reaper-PID-START-SEQ)."""
+    """Run cgroups created by reaper process `pid` of this PID namespace (named
+    reaper-PIDNS-PID-START-SEQ, PIDNS the namespace's inode)."""
     mnt = cgroup_mount()
     if mnt is None:
         return []
-    return [p for p in mnt.rglob(f"reaper-{pid}-*") if p.is_dir()]
+    pidns = os.stat("/proc/self/ns/pid").st_ino
+    return [p for p in mnt.rglob(f"reaper-{pidns}-{pid}-*") if p.is_dir()]

@@ -259,6 +259,12 @@ pub fn self_identity() -> io::Result<(i32, u64)> {
     Ok((pid, stat(pid)?.starttime))
 }
 
+/// The inode number of this process's PID namespace (`/proc/self/ns/pid`, as `lsns` shows
+/// it): no two live PID namespaces of the machine share it, whatever namespace reads it.
+pub fn pid_namespace() -> io::Result<u64> {
+    Ok(rustix::fs::stat("/proc/self/ns/pid")?.st_ino)
+}
+
 pub fn pid_of(raw: i32) -> Option<Pid> {
     Pid::from_raw(raw)
 }
