@@ -121,8 +121,8 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
         if !enable.is_empty() {
             limits::enable(&placement, &enable)?;
         }
-        sweep_once(&placement.dir).await;
         let mut backend = setup::create_run_cgroup(&placement)?;
+        sweep_once(&placement.dir);
         // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
         if let Some(g) = &opts.guardian {
             backend.exclude(g.pid(), g.starttime());
@@ -272,12 +272,35 @@ fn foreign_proc(backend: &str) -> Result<(), Error> {
     Ok(())
 }
 
-/// Stale cgroups are swept once per reaper process, under the first parent it uses.
+/// The stale sweep of this process, while it runs.
 #[cfg(target_os = "linux")]
-async fn sweep_once(dir: &std::path::Path) {
+static SWEEP: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+/// Stale cgroups are swept once per reaper process, under the first parent it uses, once a run
+/// cgroup was made there (where reaper cannot write, nothing could be removed anyway). In the
+/// background: a stale cgroup that cannot be emptied (a process in uninterruptible sleep, a
+/// frozen one) must not delay the run; [`sweep_finished`] waits for it.
+#[cfg(target_os = "linux")]
+fn sweep_once(dir: &std::path::Path) {
     static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
     if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        setup::sweep_stale(dir, Instant::now() + SWEEP_DEADLINE).await;
+        let dir = dir.to_owned();
+        let task = tokio::spawn(async move {
+            setup::sweep_stale(&dir, Instant::now() + SWEEP_DEADLINE).await;
+        });
+        *SWEEP.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+}
+
+/// Waits for the stale sweep this process started, if it still runs (at most its deadline), so
+/// that reaper does not exit in the middle of it.
+pub async fn sweep_finished() {
+    #[cfg(target_os = "linux")]
+    {
+        let task = SWEEP.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(t) = task {
+            let _ = t.await;
+        }
     }
 }
 

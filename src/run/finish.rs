@@ -108,6 +108,7 @@ impl Run {
             leader_status: None,
         };
         out.set_leader_status(self.leader.status);
+        containment::select::sweep_finished().await;
         out
     }
 }

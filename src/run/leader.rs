@@ -131,14 +131,8 @@ impl Leader {
         }
         let group = self.handle.raw_pid();
         let _ = t.take_back_from(group);
-        if let Some(g) = &self.guardian {
-            g.pausing();
-        }
-        // Returns once reaper's job is continued (or at once if no shell controls it).
-        signal::stop_own_job();
-        if let Some(g) = &self.guardian {
-            g.resumed();
-        }
+        self.stop_own_job();
+        let Some(t) = &self.terminal else { return };
         if let Err(e) = t.give_to(group) {
             tracing::debug!("cannot hand the terminal back to group {group}: {e}");
         }
@@ -146,9 +140,20 @@ impl Leader {
             let _ = signal::to_process_group(g, Signal::CONT);
         }
     }
-}
 
-impl Leader {
+    /// Stops reaper's own job, telling the guardian first that this stop is reaper's own (it
+    /// continues a reaper stopped by anyone else). Returns once reaper's job is continued (or at
+    /// once if no shell controls it).
+    fn stop_own_job(&self) {
+        if let Some(g) = &self.guardian {
+            g.pausing();
+        }
+        signal::stop_own_job();
+        if let Some(g) = &self.guardian {
+            g.resumed();
+        }
+    }
+
     /// reaper itself got a job-control stop (a Ctrl-Z reached reaper's group, which is not the
     /// leader's): the leader's group gets the same signal, as the terminal would have sent it
     /// had that group been in the foreground; then reaper's own job stops, and once the shell
@@ -161,7 +166,7 @@ impl Leader {
         if let Some(g) = group {
             let _ = signal::to_process_group(g, sig);
         }
-        signal::stop_own_job();
+        self.stop_own_job();
         if let Some(g) = group {
             let _ = signal::to_process_group(g, Signal::CONT);
         }
