@@ -44,6 +44,17 @@ use crate::ExitStatus;
 /// reused while it is registered: it is our child, unreaped, until this table records it.
 static LEADERS: Mutex<Option<HashMap<i32, Option<ExitStatus>>>> = Mutex::new(None);
 
+/// Whether every child of this process is for [`reap_orphans`] to reap (Linux), or only the
+/// registered leaders: a library in a process that starts children of its own must not take
+/// their statuses.
+static EVERY_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes [`reap_orphans`] reap every exited child (`waitid(P_ALL)`), or, with `false` (the
+/// default), only the registered leaders, each by its pidfd.
+pub fn reap_every_child(every: bool) {
+    EVERY_CHILD.store(every, std::sync::atomic::Ordering::SeqCst);
+}
+
 struct Table(std::sync::MutexGuard<'static, Option<HashMap<i32, Option<ExitStatus>>>>);
 
 impl std::ops::Deref for Table {
@@ -188,12 +199,21 @@ pub fn reap_orphans() -> usize {
     0
 }
 
-/// Reaps every exited child without blocking, in any process group or session; a registered
-/// leader's status is kept for its run. Returns how many non-leader children were reaped.
-/// ECHILD (no children) is the normal end.
+/// Reaps every exited child without blocking, in any process group or session (with
+/// [`reap_every_child`]; else the registered leaders only); a registered leader's status is kept
+/// for its run. Returns how many non-leader children were reaped. ECHILD (no children) is the
+/// normal end.
 #[cfg(target_os = "linux")]
 pub fn reap_orphans() -> usize {
     let mut table = leaders();
+    if !EVERY_CHILD.load(std::sync::atomic::Ordering::SeqCst) {
+        for (&pid, slot) in table.iter_mut().filter(|(_, s)| s.is_none()) {
+            if let Some(st) = Pid::from_raw(pid).and_then(reap_pid_nohang) {
+                *slot = Some(st);
+            }
+        }
+        return 0;
+    }
     let mut reaped = 0;
     loop {
         match wait_any_nohang() {
@@ -206,6 +226,21 @@ pub fn reap_orphans() -> usize {
             }
             Err(rustix::io::Errno::INTR) => continue,
             Ok(None) | Err(_) => return reaped,
+        }
+    }
+}
+
+/// `waitid(P_PID, WEXITED | WNOHANG)` of one child: its status once it has exited.
+#[cfg(target_os = "linux")]
+fn reap_pid_nohang(pid: Pid) -> Option<ExitStatus> {
+    loop {
+        match rustix::process::waitid(
+            rustix::process::WaitId::Pid(pid),
+            rustix::process::WaitIdOptions::EXITED | rustix::process::WaitIdOptions::NOHANG,
+        ) {
+            Ok(Some(st)) => return Some(decode_waitid(&st)),
+            Err(rustix::io::Errno::INTR) => continue,
+            _ => return None,
         }
     }
 }

@@ -26,7 +26,7 @@ use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalK
 use tokio::time::Instant;
 
 use super::sweep::Stopped;
-use super::{limits, BackendKind, Capabilities, Containment, Error, Escapee, Kept, Member};
+use super::{limits, Backend, BackendKind, Capabilities, Error, Escapee, Kept, Kind, Process};
 
 /// A run cgroup this reaper process holds now.
 struct LiveRun {
@@ -178,7 +178,7 @@ impl CgroupBackend {
         let seen: HashSet<(i32, u64)> = self
             .seen()
             .iter()
-            .map(|e| (e.member.pid, e.member.starttime))
+            .map(|e| (e.process.pid, e.process.starttime))
             .collect();
         children
             .into_iter()
@@ -229,8 +229,8 @@ impl CgroupBackend {
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
         for e in known {
-            if let Ok(s) = procfs::stat(e.member.pid) {
-                if s.starttime == e.member.starttime && !s.is_dead() {
+            if let Ok(s) = procfs::stat(e.process.pid) {
+                if s.starttime == e.process.starttime && !s.is_dead() {
                     let cg = procfs::cgroup(s.pid).unwrap_or(e.to);
                     tops.push((s, cg));
                 }
@@ -266,7 +266,7 @@ impl CgroupBackend {
                     continue;
                 };
                 if self.owns_path(&cg) {
-                    // A member: walked as one when `from_members`; its subtree is the run's
+                    // A process: walked as one when `from_members`; its subtree is the run's
                     // either way.
                     queue.push(c);
                     continue;
@@ -283,14 +283,17 @@ impl CgroupBackend {
         found
             .into_iter()
             .map(|(s, cg)| {
-                let member = Member::from(s);
+                let member = Process::from(s);
                 match seen
                     .iter()
-                    .find(|e| e.member.pid == member.pid && e.member.starttime == member.starttime)
+                    .find(|e| e.process.pid == member.pid && e.process.starttime == member.starttime)
                 {
                     Some(e) => e.clone(),
                     None => {
-                        let e = Escapee { member, to: cg };
+                        let e = Escapee {
+                            process: member,
+                            to: cg,
+                        };
                         // Bounded: an escapee that keeps starting short-lived children must not
                         // grow reaper without end. Past the bound they are still found (from
                         // their live ancestors) and killed, only no longer named.
@@ -313,7 +316,7 @@ impl CgroupBackend {
             || self
                 .seen()
                 .iter()
-                .any(|e| procfs::is_alive(e.member.pid, e.member.starttime))
+                .any(|e| procfs::is_alive(e.process.pid, e.process.starttime))
     }
 
     /// Whether a live escapee has not been sent SIGKILL yet.
@@ -322,7 +325,7 @@ impl CgroupBackend {
         let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
         escapees
             .iter()
-            .any(|e| !killed.contains(&(e.member.pid, e.member.starttime)))
+            .any(|e| !killed.contains(&(e.process.pid, e.process.starttime)))
     }
 
     /// SIGSTOP every live escapee, and look again until a look finds nobody new (a stopped
@@ -337,7 +340,7 @@ impl CgroupBackend {
             // over), and could be missed.
             self.find_escapees_below(first.take().unwrap_or_default())
                 .into_iter()
-                .map(|e| e.member)
+                .map(|e| e.process)
                 .collect()
         })
     }
@@ -355,7 +358,7 @@ impl CgroupBackend {
             .path()
             .parent()
             .ok_or_else(|| {
-                Error::new(format!(
+                Error::new(Kind::Io, format!(
                     "run cgroup {} has no parent",
                     self.cgroup.path().display()
                 ))
@@ -408,13 +411,13 @@ impl CgroupBackend {
     }
 
     /// The processes in the run's cgroup tree (no escapee).
-    fn in_cgroup(&self) -> Vec<Member> {
+    fn in_cgroup(&self) -> Vec<Process> {
         self.cgroup
             .subtree_procs()
             .into_iter()
             .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
             .filter(|s| !s.is_dead())
-            .map(Member::from)
+            .map(Process::from)
             .collect()
     }
 
@@ -427,13 +430,13 @@ impl CgroupBackend {
         }
     }
 
-    /// See [`Backend::clone_into_cgroup`](super::Backend::clone_into_cgroup).
+    /// See [`AnyBackend::clone_into_cgroup`](super::AnyBackend::clone_into_cgroup).
     pub fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.dir)
     }
 }
 
-impl Containment for CgroupBackend {
+impl Backend for CgroupBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Cgroup
     }
@@ -474,9 +477,9 @@ impl Containment for CgroupBackend {
     }
 
     /// The cgroup's processes, and every escapee down their subtrees and reaper's orphans.
-    fn members(&self) -> Vec<Member> {
+    fn members(&self) -> Vec<Process> {
         let mut all = self.in_cgroup();
-        all.extend(self.find_escapees(true).into_iter().map(|e| e.member));
+        all.extend(self.find_escapees(true).into_iter().map(|e| e.process));
         all
     }
 
@@ -494,15 +497,15 @@ impl Containment for CgroupBackend {
     /// and the escapees found without walking the members.
     fn pids(&self) -> Vec<i32> {
         let mut pids = self.cgroup_pids();
-        pids.extend(self.find_escapees(false).into_iter().map(|e| e.member.pid));
+        pids.extend(self.find_escapees(false).into_iter().map(|e| e.process.pid));
         pids
     }
 
-    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+    fn signal_all(&self, sig: Signal) -> Vec<Process> {
         let mut reached = super::signal_each(
             self.find_escapees(true)
                 .into_iter()
-                .map(|e| e.member)
+                .map(|e| e.process)
                 .collect(),
             sig,
         );
@@ -531,7 +534,7 @@ impl Containment for CgroupBackend {
     /// parent has already left the cgroup. Without `cgroup.kill`: escapees stopped first, then
     /// one pidfd SIGKILL each. One a member forks and moves out after the walk is found once
     /// the kill has orphaned it, by the run layer's next sweep.
-    fn kill_all(&self) -> Vec<Member> {
+    fn kill_all(&self) -> Vec<Process> {
         self.killing.store(true, Ordering::Relaxed);
         let (mut killed, escapees) = if self.cgroup.has_kill() {
             // Kill first, describe after: reading /proc/PID/stat for a thousand processes takes
@@ -544,7 +547,7 @@ impl Containment for CgroupBackend {
             let escapees = self.stop_escapees(pids.clone());
             let killed = pids
                 .into_iter()
-                .map(|pid| Member {
+                .map(|pid| Process {
                     pid,
                     starttime: 0,
                     comm: String::new(),

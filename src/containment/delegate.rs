@@ -11,12 +11,14 @@
 //! Asked once per reaper process, before its first run cgroup; `--delegate never` or
 //! `--cgroup-parent` skip it.
 
+#[cfg(feature = "systemd")]
 use std::time::Duration;
 
+#[cfg(feature = "systemd")]
 use reaper_platform::linux::systemd::{self, Bus, Manager};
 use tokio::sync::OnceCell;
 
-pub use super::select::DelegateMode as Mode;
+pub use crate::Delegation as Mode;
 
 /// What the delegation step did.
 #[derive(Debug, Clone)]
@@ -25,8 +27,9 @@ pub enum Delegation {
     NotAsked(&'static str),
     /// reaper already runs in a delegated unit.
     Inherited { unit: String },
-    /// reaper moved itself into this new scope.
-    Started { unit: String, bus: Bus },
+    /// reaper moved itself into this new scope, from this service manager (`the user's
+    /// service manager`, `the system's service manager`).
+    Started { unit: String, bus: &'static str },
     /// systemd was asked and did not delegate: run cgroups must not be created in a cgroup
     /// systemd manages for another unit.
     Failed { why: String },
@@ -47,10 +50,7 @@ impl Delegation {
             Delegation::NotAsked(why) => format!("not asked: {why}"),
             Delegation::Inherited { unit } => format!("already in a delegated unit ({unit})"),
             Delegation::Started { unit, bus } => {
-                format!(
-                    "moved into {unit}, a scope with Delegate=yes from {}",
-                    bus.as_str()
-                )
+                format!("moved into {unit}, a scope with Delegate=yes from {bus}")
             }
             Delegation::Failed { why } => format!("failed: {why}"),
         }
@@ -58,7 +58,9 @@ impl Delegation {
 }
 
 /// Bounds every exchange with systemd: a manager that does not answer must not hang reaper.
+#[cfg(feature = "systemd")]
 const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+#[cfg(feature = "systemd")]
 const JOB_TIMEOUT: Duration = Duration::from_secs(5);
 
 static DONE: OnceCell<Delegation> = OnceCell::const_new();
@@ -77,7 +79,7 @@ async fn delegate(mode: Mode) -> Delegation {
     if mode == Mode::Never {
         return Delegation::NotAsked("--delegate never");
     }
-    if !systemd::booted() {
+    if !reaper_platform::linux::systemd_booted() {
         return Delegation::NotAsked("systemd is not the service manager here");
     }
     // A container's read-only cgroup file system: a scope would not make it writable, and a
@@ -87,6 +89,20 @@ async fn delegate(mode: Mode) -> Delegation {
     }) {
         return Delegation::NotAsked("the cgroup file system is read-only here (a container?)");
     }
+    ask_systemd().await
+}
+
+#[cfg(not(feature = "systemd"))]
+async fn ask_systemd() -> Delegation {
+    Delegation::Failed {
+        why: "systemd is the service manager here, and this reaper was built without D-Bus \
+              support (the `systemd` feature) to ask it for a delegated scope"
+            .into(),
+    }
+}
+
+#[cfg(feature = "systemd")]
+async fn ask_systemd() -> Delegation {
     let bus = if rustix::process::geteuid().is_root() {
         Bus::System
     } else {
@@ -103,6 +119,7 @@ async fn delegate(mode: Mode) -> Delegation {
     }
 }
 
+#[cfg(feature = "systemd")]
 async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
     let manager = Manager::connect(bus, CALL_TIMEOUT).await?;
     // PID 0 means "the caller" to systemd, which then takes reaper's pid from the bus's peer
@@ -137,5 +154,8 @@ async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
             detail: format!("{unit} started, but /proc/self/cgroup says {}", own.trim()),
         });
     }
-    Ok(Delegation::Started { unit, bus })
+    Ok(Delegation::Started {
+        unit,
+        bus: bus.as_str(),
+    })
 }

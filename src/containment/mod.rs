@@ -1,4 +1,4 @@
-//! Containment backends: where a run's processes live and how every one of them is found and
+//! Backend backends: where a run's processes live and how every one of them is found and
 //! killed. One trait, one file per backend; none of them decides *when* (that is the run layer's
 //! policy), so nothing here holds a grace period or a timeout of its own.
 //!
@@ -17,7 +17,6 @@
 pub mod cgroup;
 #[cfg(target_os = "linux")]
 pub mod delegate;
-pub mod error;
 pub mod limits;
 pub mod pgid;
 pub mod select;
@@ -29,81 +28,14 @@ pub mod spawn;
 pub mod subreaper;
 mod sweep;
 
-pub use error::Error;
+pub(crate) use crate::error::{ContainError as Error, ContainErrorKind as Kind};
+pub use crate::process::{BackendKind, Escapee, Process};
 
 use std::process::Command;
 
 use reaper_platform::process::Handle;
 use reaper_platform::{signal, Pid, Signal};
-use serde::Serialize;
 use tokio::time::Instant;
-
-/// Which backend a run uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-// On macOS only `Pgid` is ever built; the others stay so that code matching on a kind is shared.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub enum BackendKind {
-    Cgroup,
-    Subreaper,
-    Pgid,
-}
-
-impl BackendKind {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Cgroup => "cgroup",
-            BackendKind::Subreaper => "subreaper",
-            BackendKind::Pgid => "pgid",
-        }
-    }
-}
-
-/// A live process of a run, named for good by pid and start time.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Member {
-    pub pid: i32,
-    pub starttime: u64,
-    pub comm: String,
-}
-
-impl Member {
-    /// How reports name a process: `sleep (pid 1234)`.
-    pub fn label(&self) -> String {
-        format!("{} (pid {})", self.comm, self.pid)
-    }
-}
-
-impl From<reaper_platform::process::ProcStat> for Member {
-    fn from(s: reaper_platform::process::ProcStat) -> Self {
-        Self {
-            pid: s.pid,
-            starttime: s.starttime,
-            comm: s.comm,
-        }
-    }
-}
-
-/// A process of the run that left the run's cgroup (root, or a user who owns the parent
-/// cgroup, can write itself into another `cgroup.procs`): still the run's, as it descends from
-/// it, and named in every report.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Escapee {
-    pub member: Member,
-    /// The cgroup it was in when reaper first saw it outside (as `/proc/PID/cgroup` shows it).
-    pub to: String,
-}
-
-impl Escapee {
-    /// `sleep (pid 1234): moved out of the cgroup to /`.
-    pub fn label(&self) -> String {
-        format!(
-            "{}: moved out of the cgroup to {}",
-            self.member.label(),
-            self.to
-        )
-    }
-}
 
 /// How reports name a signal sent to one process through its handle: a pidfd on Linux, a pid
 /// whose start time was just checked on macOS (no pidfd there).
@@ -135,8 +67,8 @@ pub struct Capabilities {
 
 /// The mechanism every backend provides.
 #[allow(async_fn_in_trait)] // used with concrete types only; no Send bound needed
-pub trait Containment {
-    /// For printing only (`backend` in reports); decide by [`Containment::capabilities`].
+pub trait Backend {
+    /// For printing only (`backend` in reports); decide by [`Backend::capabilities`].
     fn kind(&self) -> BackendKind;
     fn capabilities(&self) -> Capabilities;
     /// How reports name the final kill (`cgroup.kill`, `pidfd`, `killpg+pidfd`).
@@ -147,7 +79,7 @@ pub trait Containment {
     /// that follow the tree from the leader rather than holding it in a kernel object.
     fn spawned(&mut self, _leader: Pid) {}
     /// Every live (non-zombie) process of the run, escapees included.
-    fn members(&self) -> Vec<Member>;
+    fn members(&self) -> Vec<Process>;
     /// Every process of the run seen outside its containment so far, alive or not (the cgroup
     /// backend; the others have no outside).
     fn escapees(&self) -> Vec<Escapee> {
@@ -164,9 +96,9 @@ pub trait Containment {
         self.members().into_iter().map(|m| m.pid).collect()
     }
     /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
-    fn signal_all(&self, sig: Signal) -> Vec<Member>;
+    fn signal_all(&self, sig: Signal) -> Vec<Process>;
     /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
-    fn kill_all(&self) -> Vec<Member>;
+    fn kill_all(&self) -> Vec<Process>;
     /// Waits until no live process is left, or the deadline passes (then `false`).
     async fn wait_empty(&mut self, deadline: Instant) -> bool;
     /// Gives back what the backend holds (the cgroup directory). Call when empty.
@@ -184,7 +116,7 @@ pub trait Containment {
     }
 }
 
-/// What [`Containment::keep`] left running, and where.
+/// What [`Backend::keep`] left running, and where.
 #[derive(Debug, Default)]
 pub struct Kept {
     pub at: Option<std::path::PathBuf>,
@@ -193,7 +125,7 @@ pub struct Kept {
 }
 
 /// The backend a run got, as one type so the run layer needs no generics.
-pub enum Backend {
+pub enum AnyBackend {
     #[cfg(target_os = "linux")]
     Cgroup(cgroup::CgroupBackend),
     #[cfg(target_os = "linux")]
@@ -201,11 +133,11 @@ pub enum Backend {
     Pgid(pgid::PgidBackend),
 }
 
-impl Backend {
+impl AnyBackend {
     pub fn cgroup_path(&self) -> Option<&std::path::Path> {
         match self {
             #[cfg(target_os = "linux")]
-            Backend::Cgroup(b) => Some(b.cgroup().path()),
+            AnyBackend::Cgroup(b) => Some(b.cgroup().path()),
             _ => None,
         }
     }
@@ -215,7 +147,7 @@ impl Backend {
     #[cfg(target_os = "linux")]
     pub fn clone_into_cgroup(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         match self {
-            Backend::Cgroup(b) => Some(b.dir_fd()),
+            AnyBackend::Cgroup(b) => Some(b.dir_fd()),
             _ => None,
         }
     }
@@ -225,15 +157,15 @@ macro_rules! each {
     ($self:ident, $b:ident => $e:expr) => {
         match $self {
             #[cfg(target_os = "linux")]
-            Backend::Cgroup($b) => $e,
+            AnyBackend::Cgroup($b) => $e,
             #[cfg(target_os = "linux")]
-            Backend::Subreaper($b) => $e,
-            Backend::Pgid($b) => $e,
+            AnyBackend::Subreaper($b) => $e,
+            AnyBackend::Pgid($b) => $e,
         }
     };
 }
 
-impl Containment for Backend {
+impl Backend for AnyBackend {
     fn kind(&self) -> BackendKind {
         each!(self, b => b.kind())
     }
@@ -249,7 +181,7 @@ impl Containment for Backend {
     fn spawned(&mut self, leader: Pid) {
         each!(self, b => b.spawned(leader))
     }
-    fn members(&self) -> Vec<Member> {
+    fn members(&self) -> Vec<Process> {
         each!(self, b => b.members())
     }
     fn escapees(&self) -> Vec<Escapee> {
@@ -261,10 +193,10 @@ impl Containment for Backend {
     fn pids(&self) -> Vec<i32> {
         each!(self, b => b.pids())
     }
-    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+    fn signal_all(&self, sig: Signal) -> Vec<Process> {
         each!(self, b => b.signal_all(sig))
     }
-    fn kill_all(&self) -> Vec<Member> {
+    fn kill_all(&self) -> Vec<Process> {
         each!(self, b => b.kill_all())
     }
     async fn wait_empty(&mut self, deadline: Instant) -> bool {
@@ -283,7 +215,7 @@ impl Containment for Backend {
 
 /// Sends `sig` to each member through a handle opened on its (pid, start time), never a bare
 /// pid that may have been reused meanwhile; returns the members it reached.
-pub(crate) fn signal_each(members: Vec<Member>, sig: Signal) -> Vec<Member> {
+pub(crate) fn signal_each(members: Vec<Process>, sig: Signal) -> Vec<Process> {
     members
         .into_iter()
         .filter(|m| {

@@ -2,8 +2,6 @@
 //! from cgroup to subreaper and its reason), and the stale-cgroup sweep before the first run
 //! cgroup. `run`, `check`, `mcp` and `doctor` all choose here.
 
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::pgid::Schedule;
@@ -12,73 +10,9 @@ use tokio::time::Instant;
 
 #[cfg(target_os = "linux")]
 use super::{limits, setup};
-use super::{Backend, BackendKind, Containment, Error};
+use super::{AnyBackend, Backend, BackendKind, Error, Kind};
+use crate::command::{Containment, Options};
 use crate::containment;
-use crate::guardian::Guardian;
-
-/// Which containment a run asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Requested {
-    /// cgroup when a run cgroup can be created, else subreaper (with a warning); pgid on macOS.
-    Auto,
-    Cgroup,
-    Subreaper,
-    /// The leader's process group plus process-table tracking (macOS; portable).
-    Pgid,
-}
-
-#[derive(Debug, Clone)]
-pub struct ContainOpts {
-    pub requested: Requested,
-    /// cgroup backend only (accepted and ignored on macOS).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub cgroup_parent: Option<PathBuf>,
-    /// pgid backend: the slowest interval between two looks at the process table.
-    pub poll: Duration,
-    /// Cleans up the run's cgroup if reaper itself is killed.
-    pub guardian: Option<Arc<Guardian>>,
-    /// Under systemd: whether to ask for a delegated scope first (Linux only).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub delegate: DelegateMode,
-    /// Resource limits (cgroup backend only: anything else refuses them).
-    pub limits: containment::limits::Limits,
-    /// `--sandbox`: the leader starts in a sandbox it cannot undo (see command.rs).
-    pub sandbox: Option<SandboxMode>,
-}
-
-impl ContainOpts {
-    /// `requested`, and nothing else: no parent, guardian, delegation, limit or sandbox.
-    #[cfg(test)]
-    pub fn plain(requested: Requested) -> Self {
-        ContainOpts {
-            requested,
-            cgroup_parent: None,
-            poll: Duration::from_millis(50),
-            guardian: None,
-            delegate: DelegateMode::Never,
-            limits: Default::default(),
-            sandbox: None,
-        }
-    }
-}
-
-/// `--sandbox[=pid]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum SandboxMode {
-    /// Mount and cgroup namespaces, a read-only cgroup file system, capabilities dropped.
-    On,
-    /// The same, and a PID namespace with its own /proc, the leader its PID 1.
-    Pid,
-}
-
-/// `--delegate` (see `containment::delegate`); only Linux has systemd.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DelegateMode {
-    /// Under systemd, move reaper into a delegated scope of its own unless it is in one already.
-    Auto,
-    /// Never ask systemd; create run cgroups where reaper is.
-    Never,
-}
 
 /// pgid backend: how often the process table is read right after the spawn and while the tree
 /// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
@@ -90,18 +24,17 @@ const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
 /// and says why in the returned warning.
-pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Error> {
+pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Error> {
     #[cfg(target_os = "linux")]
     let cgroup = || async {
         if opts.cgroup_parent.is_none() {
             use containment::delegate::{self, Delegation};
-            if let Delegation::Failed { why } = delegate::ensure(opts.delegate).await {
-                return Err(format!(
+            if let Delegation::Failed { why } = delegate::ensure(opts.delegation).await {
+                return Err(Error::new(Kind::NotDelegated, format!(
                     "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
                      another unit (--delegate never does it anyway; --cgroup-parent names a \
                      cgroup of yours)"
-                )
-                .into());
+                )));
             }
         }
         let env = setup::discover()?;
@@ -138,26 +71,33 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
         if opts.limits.is_empty() {
             Ok(())
         } else {
-            Err(format!(
+            Err(Error::new(Kind::LimitUnavailable, format!(
                 "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
                  enforce it; a limit is never dropped, so the run did not start",
                 opts.limits.flags()
-            )
-            .into())
+            )))
         }
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
+        if !crate::run::owns_every_child() {
+            return Err(Error::new(
+                Kind::ChildrenNotOwned,
+                "the subreaper backend takes every orphan that comes back to this process for \
+                 the run's, so it needs `reaper::own_every_child()` (a process that starts no \
+                 children of its own); use the cgroup backend, or pgid",
+            ));
+        }
         foreign_proc("subreaper")?;
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
                 if let Some(g) = &opts.guardian {
                     b.exclude(g.pid(), g.starttime());
                 }
-                Backend::Subreaper(b)
+                AnyBackend::Subreaper(b)
             })
             .map_err(|e| {
-                Error::new(format!(
+                Error::new(Kind::NoSubreaper, format!(
                     "cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}"
                 ))
             })
@@ -167,50 +107,61 @@ pub async fn contain(opts: &ContainOpts) -> Result<(Backend, Option<String>), Er
         foreign_proc("pgid")?;
         let schedule = Schedule::new(POLL_FAST, opts.poll.max(POLL_MIN));
         containment::pgid::PgidBackend::new(schedule)
-            .map(Backend::Pgid)
+            .map(AnyBackend::Pgid)
             .map_err(|e| {
-                Error::new(format!(
+                Error::new(Kind::NoProcessTable, format!(
                     "cannot read the process table for the pgid backend: {e}"
                 ))
             })
     };
-    match opts.requested {
+    match opts.containment {
         #[cfg(target_os = "linux")]
-        Requested::Cgroup => cgroup().await.map(|b| (Backend::Cgroup(b), None)),
+        Containment::Cgroup => cgroup().await.map(|b| (AnyBackend::Cgroup(b), None)),
         #[cfg(target_os = "linux")]
-        Requested::Subreaper => {
+        Containment::Subreaper => {
             no_limits("subreaper")?;
             subreaper().map(|b| (b, None))
         }
         #[cfg(not(target_os = "linux"))]
-        Requested::Cgroup => Err("--containment cgroup is Linux-only (cgroup v2); on macOS use \
-                                  pgid, which auto picks"
-            .into()),
+        Containment::Cgroup => Err(Error::new(
+            Kind::Unsupported,
+            "--containment cgroup is Linux-only (cgroup v2); on macOS use pgid, which auto picks",
+        )),
         #[cfg(not(target_os = "linux"))]
-        Requested::Subreaper => Err("--containment subreaper is Linux-only \
-                                     (PR_SET_CHILD_SUBREAPER); on macOS use pgid, which auto picks"
-            .into()),
-        Requested::Pgid => {
+        Containment::Subreaper => Err(Error::new(
+            Kind::Unsupported,
+            "--containment subreaper is Linux-only (PR_SET_CHILD_SUBREAPER); on macOS use pgid, \
+             which auto picks",
+        )),
+        Containment::Pgid => {
             no_limits("pgid")?;
             pgid().map(|b| (b, None))
         }
         // No cgroups and no subreaper on macOS: the process table is all there is.
         #[cfg(not(target_os = "linux"))]
-        Requested::Auto => {
+        Containment::Auto => {
             no_limits("auto (pgid on macOS)")?;
             pgid().map(|b| (b, None))
         }
         #[cfg(target_os = "linux")]
-        Requested::Auto => match cgroup().await {
+        Containment::Auto => match cgroup().await {
             // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
             // a host without cgroups: refused (and nothing created) rather than a fallback.
-            Err(why) if why.kind() == super::error::Kind::ParentRefused => Err(why),
-            Ok(b) => Ok((Backend::Cgroup(b), None)),
+            Err(why) if why.kind() == Kind::ParentRefused => Err(why),
+            Ok(b) => Ok((AnyBackend::Cgroup(b), None)),
             // No fallback: the subreaper cannot enforce a limit.
             Err(why) if !opts.limits.is_empty() => Err(why),
-            Err(why) => subreaper().map(|b| {
+            Err(why) if crate::run::owns_every_child() => subreaper().map(|b| {
                 let warning = format!(
                     "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
+                );
+                (b, Some(warning))
+            }),
+            // A library in a process with children of its own: not the subreaper, which would
+            // take them for the run's.
+            Err(why) => pgid().map(|b| {
+                let warning = format!(
+                    "reaper: warning: no cgroup for this run ({why}); using the pgid backend instead; run `reaper doctor` for details"
                 );
                 (b, Some(warning))
             }),
@@ -262,12 +213,11 @@ pub fn auto_choice(found: Found) -> Option<BackendKind> {
 #[cfg(target_os = "linux")]
 fn foreign_proc(backend: &str) -> Result<(), Error> {
     if reaper_platform::linux::procfs::is_foreign() {
-        return Err(format!(
+        return Err(Error::new(Kind::NoProcessTable, format!(
             "the {backend} backend cannot work here: /proc shows another PID namespace than \
              reaper's (a PID namespace entered without a /proc of its own); mount one for this \
              namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
-        )
-        .into());
+        )));
     }
     Ok(())
 }
@@ -311,7 +261,7 @@ pub async fn sweep_finished() {
 /// get it fails and says why, instead of falling back into the subtree it would share with the
 /// others. Fails when `opts` has limits and no run could get them: a server whose every run
 /// would fail says so once, at the start.
-pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, Error> {
+pub async fn isolated(opts: &mut Options) -> Result<bool, Error> {
     let (mut backend, _) = match contain(opts).await {
         Ok(b) => b,
         Err(e) if !opts.limits.is_empty() => return Err(e),
@@ -320,9 +270,9 @@ pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, Error> {
     };
     let apart = backend.capabilities().isolates_concurrent_runs;
     #[cfg(target_os = "linux")]
-    if let Backend::Cgroup(_) = backend {
-        if opts.requested == Requested::Auto {
-            opts.requested = Requested::Cgroup;
+    if let AnyBackend::Cgroup(_) = backend {
+        if opts.containment == Containment::Auto {
+            opts.containment = Containment::Cgroup;
         }
     }
     if let Err(e) = backend.release() {

@@ -20,7 +20,8 @@ use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
 
 use super::cgroup::CgroupBackend;
-use super::error::{Error, Kind, RUN_DOCTOR};
+use super::{Error, Kind};
+use crate::error::RUN_DOCTOR;
 
 /// What reaper found out about the cgroup2 hierarchy it runs in.
 #[derive(Debug, Clone)]
@@ -40,9 +41,15 @@ pub fn discover() -> Result<CgroupEnv, Error> {
     // Read at every discovery: reaper's own cgroup can change under it (systemd delegation
     // moves it into a scope; anyone with the right may move it). One read for the usual size.
     let pc = read_small("/proc/self/cgroup")
-        .map_err(|e| Error::io("cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup"))?;
-    let mut own_path = mountinfo::unified_cgroup_path(&pc)
-        .ok_or_else(|| "/proc/self/cgroup has no cgroup v2 (0::) line".to_owned())?;
+        .map_err(|e| {
+            Error::io(Kind::NoCgroup2, "cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup")
+        })?;
+    let mut own_path = mountinfo::unified_cgroup_path(&pc).ok_or_else(|| {
+        Error::new(
+            Kind::NoCgroup2,
+            "/proc/self/cgroup has no cgroup v2 (0::) line",
+        )
+    })?;
     // After `ensure_leaf` reaper lives in its supervisor leaf; its cgroup, for placing runs and
     // enabling controllers, is still the one above (else every later run would nest a level
     // deeper, inside a cgroup that holds reaper).
@@ -57,9 +64,12 @@ pub fn discover() -> Result<CgroupEnv, Error> {
         }
     }
     let own_dir = mountinfo::cgroup_dir(&mount, &own_path).ok_or_else(|| {
-        format!(
-            "reaper's cgroup {own_path} is not visible under the cgroup2 mount {}",
-            mount.mount_point.display()
+        Error::new(
+            Kind::NoCgroup2,
+            format!(
+                "reaper's cgroup {own_path} is not visible under the cgroup2 mount {}",
+                mount.mount_point.display()
+            ),
         )
     })?;
     Ok(CgroupEnv {
@@ -82,10 +92,14 @@ fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
         return Ok(m.clone());
     }
     let mi = std::fs::read_to_string("/proc/self/mountinfo").map_err(|e| {
-        Error::io("cannot read /proc/self/mountinfo", &e).on("/proc/self/mountinfo")
+        Error::io(Kind::NoCgroup2, "cannot read /proc/self/mountinfo", &e)
+            .on("/proc/self/mountinfo")
     })?;
     let mount = mountinfo::find_cgroup2_mount(&mi).ok_or_else(|| {
-        "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)".to_owned()
+        Error::new(
+            Kind::NoCgroup2,
+            "no cgroup2 file system is mounted (mount -t cgroup2 none /sys/fs/cgroup)",
+        )
     })?;
     let found = (mount, mountinfo::has_cgroup_v1(&mi));
     // Another thread may have set it meanwhile: the same file, the same answer.
@@ -119,7 +133,11 @@ pub fn me() -> std::io::Result<Owner> {
 /// [`me`], for an error that says what could not be read.
 fn me_or_err() -> Result<Owner, Error> {
     me().map_err(|e| {
-        format!("cannot read reaper's identity (/proc/self/stat, /proc/self/ns/pid): {e}").into()
+        Error::io(
+            Kind::Io,
+            "cannot read reaper's identity (/proc/self/stat, /proc/self/ns/pid)",
+            &e,
+        )
     })
 }
 
@@ -167,14 +185,13 @@ impl CgroupEnv {
             Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
         let refuse = |why: String| {
-            Error::new(format!(
+            Error::new(Kind::ParentRefused, format!(
                 "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
                  the cgroup2 mount {} (create it first: mkdir)",
                 requested.display(),
                 mp.display()
             ))
             .on(requested)
-            .of_kind(Kind::ParentRefused)
         };
         // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
         // `..` reaches the run cgroup's path or the report.
@@ -313,12 +330,11 @@ fn create_owned(
             }
         }
     }
-    Err(format!(
+    Err(Error::new(Kind::Claimed, format!(
         "every cgroup reaper created under {} was claimed by another reaper's stale-cgroup \
          sweep before reaper could lock it ({CLAIM_ATTEMPTS} tries); try again",
         dir.display()
-    )
-    .into())
+    )))
 }
 
 /// How many fresh cgroups [`create_owned`] makes before giving up to sweeps that claim them.
@@ -445,9 +461,10 @@ pub async fn remove_tree(cg: &Cgroup, deadline: Instant) -> Result<(), Error> {
                 }
             };
             if !woke {
-                return Err(
-                    format!("{} still populated after cgroup.kill", cg.path().display()).into(),
-                );
+                return Err(Error::new(
+                    Kind::CgroupUnusable,
+                    format!("{} still populated after cgroup.kill", cg.path().display()),
+                ));
             }
         }
         // Children first, relative to directory fds (the tree may nest sub-cgroups past

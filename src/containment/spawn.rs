@@ -3,7 +3,7 @@
 //! With the cgroup backend the leader is created inside its cgroup by
 //! `clone3(CLONE_INTO_CGROUP)` (no task migration, so no RCU grace period per run). Everywhere
 //! else, and once the kernel or a seccomp filter has refused clone3, std's `Command` starts it
-//! and the backend's [`Containment::prepare`](super::Containment::prepare) moves it in before
+//! and the backend's [`Backend::prepare`](super::Backend::prepare) moves it in before
 //! exec. What to run (argv, environment, stdio, terminal, process group) is the run layer's
 //! `LeaderCommand`; this module only says where, and whether clone3 is still worth trying.
 
@@ -14,7 +14,7 @@ use reaper_platform::linux::pidfd::Pidfd;
 use reaper_platform::linux::sandbox::{SandboxPlan, StepError};
 use reaper_platform::linux::spawn::{self, SpawnError, SpawnSpec};
 
-use super::Backend;
+use super::AnyBackend;
 
 /// Why a leader could not be created inside its cgroup.
 pub enum Error {
@@ -55,7 +55,7 @@ pub fn give_up(e: &std::io::Error) {
 
 /// The directory to create the leader in with clone3, when the backend has one and clone3 is
 /// still tried here; `None`: start it with std's `Command` and the backend's `prepare`.
-pub fn clone_target(backend: &Backend) -> Option<BorrowedFd<'_>> {
+pub fn clone_target(backend: &AnyBackend) -> Option<BorrowedFd<'_>> {
     backend.clone_into_cgroup().filter(|_| usable())
 }
 
@@ -79,23 +79,23 @@ impl std::fmt::Display for ProbeError {
     }
 }
 
-/// Whether a leader can be created inside `cgroup` by clone3 here: starts `reaper --version`
-/// there (output discarded) and waits for it. For `reaper doctor`.
+/// Whether a leader can be created inside `cgroup` by clone3 here: starts a child there that
+/// exits at once, and waits for it. For `reaper doctor`.
 pub fn probe_clone3(cgroup: BorrowedFd<'_>) -> Result<(), ProbeError> {
-    probe(cgroup, None, &["--version"]).map(drop)
+    probe(cgroup, None, &|| 0).map(drop)
 }
 
 /// Whether a leader can start in the whole sandbox here (`pid`: with its PID namespace): as
-/// [`probe_clone3`], with the sandbox, running `reaper ARGS…` there; returns what it printed.
-/// For `reaper doctor`.
+/// [`probe_clone3`], with the sandbox; in it, the child runs `check` (which must not allocate:
+/// it runs between clone and exec) with stdout to a pipe, and this returns what it wrote.
 pub fn probe_sandbox(
     cgroup: BorrowedFd<'_>,
     pid: bool,
-    args: &[&str],
+    check: &(dyn Fn() -> i32 + Sync),
 ) -> Result<Vec<u8>, ProbeError> {
     let plan = SandboxPlan::new(pid)
         .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
-    probe(cgroup, Some(&plan), args)
+    probe(cgroup, Some(&plan), check)
 }
 
 /// How long a probe may take before it is killed.
@@ -104,28 +104,10 @@ const PROBE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 fn probe(
     cgroup: BorrowedFd<'_>,
     sandbox: Option<&SandboxPlan>,
-    args: &[&str],
+    check: &(dyn Fn() -> i32 + Sync),
 ) -> Result<Vec<u8>, ProbeError> {
-    use std::os::unix::ffi::OsStrExt;
     let other = ProbeError::Other;
     let io = |e: rustix::io::Errno| other(std::io::Error::from(e).to_string());
-    let program = std::ffi::OsStr::new("/proc/self/exe");
-    let env: Vec<(std::ffi::OsString, std::ffi::OsString)> = std::env::vars_os().collect();
-    let path = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_os_str());
-    let candidates = spawn::exec_candidates(program, path).map_err(|e| other(e.to_string()))?;
-    let cstr = |b: &[u8]| {
-        std::ffi::CString::new(b)
-            .map_err(|_| other("a NUL byte in an argument or the environment".into()))
-    };
-    let argv = std::iter::once(program.as_bytes())
-        .chain(args.iter().map(|a| a.as_bytes()))
-        .map(cstr)
-        .collect::<Result<Vec<_>, _>>()?;
-    let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
-        .ok_or_else(|| other("a NUL byte in an argument or the environment".into()))?;
     let null = rustix::fs::open(
         "/dev/null",
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
@@ -134,9 +116,9 @@ fn probe(
     .map_err(io)?;
     let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io)?;
     let spec = SpawnSpec {
-        candidates,
-        argv,
-        envp,
+        candidates: Vec::new(),
+        argv: Vec::new(),
+        envp: Vec::new(),
         cwd: None,
         stdio: [None, Some(out_w.as_fd()), Some(null.as_fd())],
         new_process_group: false,
@@ -144,6 +126,7 @@ fn probe(
         foreground_tty: None,
         parent_death_signal: Some(reaper_platform::Signal::KILL),
         cgroup,
+        call: Some(check),
         sandbox,
     };
     // Under the reaping lock: the probe is waited for here (see reap.rs).

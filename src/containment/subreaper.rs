@@ -16,7 +16,7 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use super::{BackendKind, Capabilities, Containment, Error, Member};
+use super::{BackendKind, Capabilities, Backend, Error, Process};
 
 pub struct SubreaperBackend {
     self_pid: i32,
@@ -54,7 +54,7 @@ impl SubreaperBackend {
     }
 }
 
-impl Containment for SubreaperBackend {
+impl Backend for SubreaperBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Subreaper
     }
@@ -75,11 +75,11 @@ impl Containment for SubreaperBackend {
 
     fn prepare(&self, _cmd: &mut Command) {}
 
-    fn members(&self) -> Vec<Member> {
+    fn members(&self) -> Vec<Process> {
         procfs::descendants(self.self_pid, &self.exclude)
             .into_iter()
             .filter(|s| !s.is_dead())
-            .map(Member::from)
+            .map(Process::from)
             .collect()
     }
 
@@ -88,13 +88,13 @@ impl Containment for SubreaperBackend {
         !self.has_live_child()
     }
 
-    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+    fn signal_all(&self, sig: Signal) -> Vec<Process> {
         super::signal_each(self.members(), sig)
     }
 
     /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
     /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
-    fn kill_all(&self) -> Vec<Member> {
+    fn kill_all(&self) -> Vec<Process> {
         let killed = super::sweep::stop_subtree(self.self_pid, &self.exclude).kill();
         reap::reap_orphans();
         killed

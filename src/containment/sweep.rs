@@ -8,24 +8,24 @@ use std::collections::HashSet;
 use reaper_platform::process::Handle;
 use reaper_platform::{signal, Signal};
 
-use super::Member;
+use super::Process;
 
 /// Rounds of looking at the most: each round stops every process it finds, and only a process
 /// still running can add new ones, so a fork storm converges in a few.
 const MAX_STOP_ROUNDS: usize = 64;
 
 /// The processes a [`stop`] stopped, each with the handle it was stopped through.
-pub(crate) struct Stopped(Vec<(Member, Handle)>);
+pub(crate) struct Stopped(Vec<(Process, Handle)>);
 
 /// SIGSTOPs every process `look` returns, and calls it again (with the round's number, from
 /// 0) until it returns nobody it had not returned before. `look` may do more each round (the
 /// pgid backend SIGSTOPs its remembered groups there). A process that exits or whose pid was
 /// reused before it could be stopped is left out.
-pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Member>) -> Stopped {
+pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Process>) -> Stopped {
     let mut seen: HashSet<(i32, u64)> = HashSet::new();
-    let mut held: Vec<(Member, Handle)> = Vec::new();
+    let mut held: Vec<(Process, Handle)> = Vec::new();
     for round in 0..MAX_STOP_ROUNDS {
-        let fresh: Vec<Member> = look(round)
+        let fresh: Vec<Process> = look(round)
             .into_iter()
             .filter(|m| seen.insert((m.pid, m.starttime)))
             .collect();
@@ -60,7 +60,7 @@ pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Member>) -> Stopped {
 pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
     use reaper_platform::linux::procfs;
     let mut seen: HashSet<(i32, u64)> = HashSet::new();
-    let mut held: Vec<(Member, Handle)> = Vec::new();
+    let mut held: Vec<(Process, Handle)> = Vec::new();
     let mut stopped_pids: HashSet<i32> = HashSet::new();
     // Stops each new process of `pids`; returns the ones it stopped.
     let mut stop_new = |pids: Vec<i32>| -> Vec<i32> {
@@ -93,7 +93,7 @@ pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
                 seen.insert(id);
                 stopped_pids.insert(pid);
                 stopped.push(pid);
-                held.push((Member::from(st), fd));
+                held.push((Process::from(st), fd));
             }
         }
         stopped
@@ -120,7 +120,7 @@ pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
 
 impl Stopped {
     /// SIGKILLs every stopped process through its handle; returns them.
-    pub(crate) fn kill(self) -> Vec<Member> {
+    pub(crate) fn kill(self) -> Vec<Process> {
         for (_, fd) in &self.0 {
             let _ = signal::to_handle(fd, Signal::KILL);
         }

@@ -8,8 +8,9 @@ use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::time::Instant;
 
 use super::stop::KILL_DEADLINE;
-use super::{Event, Outcome, Run, StopReason};
-use crate::containment::{self, Containment, Member};
+use super::Run;
+use crate::{Event, Outcome, StopReason};
+use crate::containment::{self, Backend, Process};
 
 impl Run {
     /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
@@ -27,7 +28,7 @@ impl Run {
     }
 
     /// Ends the run: reaps, lists survivors, removes the cgroup, builds the outcome.
-    pub(super) async fn finish(
+    pub(crate) async fn finish(
         mut self,
         reason: StopReason,
         received_signal: Option<Signal>,
@@ -41,7 +42,7 @@ impl Run {
         // A second look, even after an exact empty stop: `populated` drops when the last
         // member passes cgroup_exit, a moment before its exit hands a child that had left the
         // cgroup to reaper (exit_notify). This later look, after reaping, can still see it.
-        let survivors: Vec<String> = self.backend.members().iter().map(Member::label).collect();
+        let survivors: Vec<String> = self.backend.members().iter().map(Process::label).collect();
         // Read before the cgroup is removed with them.
         let usage = self.usage();
         let mut error = None;

@@ -9,37 +9,37 @@ use reaper_platform::{reap, signal, ExitStatus, Signal};
 use tokio::signal::unix::Signal as SignalStream;
 use tokio::time::Instant;
 
-use super::event::{Event, EventSink};
-use super::outcome;
+use crate::event::{Event, EventSink};
+use crate::outcome;
 use crate::guardian::Guardian;
 
 /// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
 /// kept once known.
-pub(super) struct Leader {
-    pub(super) handle: Handle,
-    pub(super) status: Option<ExitStatus>,
-    pub(super) gone: bool,
-    pub(super) at: Option<Instant>,
+pub(crate) struct Leader {
+    pub(crate) handle: Handle,
+    pub(crate) status: Option<ExitStatus>,
+    pub(crate) gone: bool,
+    pub(crate) at: Option<Instant>,
     /// The exit's one registration with the reactor, made at the first wait and kept: the
     /// supervisor's step is re-entered on every turn of a face's `select!` (each read of
     /// codex's output), and a fresh registration each time cost a dup, two `epoll_ctl` and a
     /// close per turn. `None` until then, or if it could not be made (then each wait
     /// registers afresh, as before).
-    pub(super) watch: Option<ExitWatch>,
-    pub(super) sigchld: Option<SignalStream>,
+    pub(crate) watch: Option<ExitWatch>,
+    pub(crate) sigchld: Option<SignalStream>,
     /// The terminal, when the leader's new process group was made its foreground group.
-    pub(super) terminal: Option<Foreground>,
+    pub(crate) terminal: Option<Foreground>,
     /// Whether a stop of the leader is passed on to reaper's job (see `pass_on_stop`): not once
     /// reaper itself signals the tree.
-    pub(super) job_control: bool,
+    pub(crate) job_control: bool,
     /// The run's guardian, told when reaper stops its own job: it continues a reaper stopped
     /// any other way.
-    pub(super) guardian: Option<Arc<Guardian>>,
-    pub(super) sink: EventSink,
+    pub(crate) guardian: Option<Arc<Guardian>>,
+    pub(crate) sink: EventSink,
 }
 
 impl Leader {
-    pub(super) fn poll(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn poll(&mut self) -> Option<ExitStatus> {
         if self.gone {
             return self.status;
         }
@@ -67,7 +67,7 @@ impl Leader {
     }
 
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
-    pub(super) async fn wait(&mut self) -> Option<ExitStatus> {
+    pub(crate) async fn wait(&mut self) -> Option<ExitStatus> {
         loop {
             if self.gone {
                 return self.status;
@@ -159,7 +159,7 @@ impl Leader {
     /// had that group been in the foreground; then reaper's own job stops, and once the shell
     /// continues it, the leader's group is continued too. A leader that has exited leaves only
     /// reaper's own job to stop.
-    pub(super) fn relay_stop(&mut self, sig: Signal) {
+    pub(crate) fn relay_stop(&mut self, sig: Signal) {
         let group = (!self.gone)
             .then(|| reaper_platform::Pid::from_raw(self.handle.raw_pid()))
             .flatten();

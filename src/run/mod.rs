@@ -1,61 +1,51 @@
 //! A run's life: spawn into containment, watch the leader through its pidfd, stop the tree
-//! (first signal to every member, grace, kill), report an [`Outcome`].
+//! (first signal to every member, grace, kill), report an [`Outcome`]. Crate-private: the
+//! public handle is [`crate::Child`], whose supervisor (`crate::supervise`) drives this.
 //!
 //! ```text
-//! spawn ─► Running ──leader exits──► Exited ─► Lingering (--linger) ─► Stopping ─► Reaped
+//! spawn ─► Running ──leader exits──► Exited ─► Lingering (linger) ─► Stopping ─► Reaped
 //!           │   └──stdin EOF──► Allowance ──leader exits──────────────► Stopping
 //!           └── timeout / signal / cancel / parent died / shutdown ───► Stopping ─► Reaped
 //! ```
-//! This module owns the policy (which signal, how long to wait, when to escalate); the
-//! containment backends only provide the mechanisms. The supervisor (`supervise`) decides every
-//! arrow of the diagram from the face's [`Plan`] and [`Request`]s; the stop sequence (`stop`)
-//! executes the Stopping state; `finish` the last.
+//! This module owns the mechanics of each state; the supervisor decides every arrow from the
+//! caller's [`crate::supervise::Plan`] and requests; the stop sequence (`stop`) executes the
+//! Stopping state; `finish` the last.
 //!
-//! | module      | concern                                                               |
-//! |-------------|-----------------------------------------------------------------------|
-//! | `start`     | [`Run::start`]: containment, spawn, pidfd, the terminal handed over   |
-//! | `command`   | the leader's command line and its spawn into containment              |
-//! | `error`     | [`StartError`]: why a run could not start, typed until a face prints it |
-//! | `leader`    | the leader: pidfd wait, reaping, job control and the terminal         |
-//! | `supervise` | the one supervisor: what the run waits for, when and how it stops     |
-//! | `stop`      | the stop sequence: first signal, grace, SIGKILL rounds; forwarding    |
-//! | `finish`    | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`     |
-//! | `event`     | the events a run emits                                                |
-//! | `outcome`   | the outcome and the one exit-status translation                       |
+//! | module   | concern                                                              |
+//! |----------|----------------------------------------------------------------------|
+//! | `start`  | [`Run::start`]: containment, spawn, pidfd, the terminal handed over  |
+//! | `spawn`  | the leader's spawn into containment (clone3, or a join before exec)  |
+//! | `leader` | the leader: pidfd wait, reaping, job control and the terminal        |
+//! | `stop`   | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
+//! | `finish` | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
 
-pub mod command;
-mod error;
-pub mod event;
 mod finish;
 mod leader;
-pub mod outcome;
+pub(crate) mod spawn;
 mod start;
 mod stop;
-pub mod supervise;
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
 use crate::containment::limits;
-use crate::containment::{self, Backend, Containment, Member};
-use crate::guardian::Guardian;
-pub use command::{Io, LeaderCommand};
-pub use error::StartError;
-pub use event::{Event, EventSink};
+use crate::containment::{self, AnyBackend, Backend};
+use crate::event::{Event, EventSink};
+use crate::outcome::{self, Outcome};
+use crate::process::{Escapee, Process};
+use crate::Guardian;
 use leader::Leader;
-pub use outcome::{Outcome, StopReason};
 use reaper_platform::{signal, ExitStatus, Signal};
-pub use start::Pipes;
-pub use supervise::{Plan, Request, Requests, Step, StopSpec, Supervisor, Target};
+pub(crate) use start::Pipes;
 use tokio::time::Instant;
 
 /// A running, contained command.
-pub struct Run {
+pub(crate) struct Run {
     argv: Vec<String>,
-    backend: Backend,
-    leader: Leader,
-    sink: EventSink,
+    backend: AnyBackend,
+    pub(crate) leader: Leader,
+    pub(crate) sink: EventSink,
     started: Instant,
     stop_at: Option<Instant>,
     /// The processes a stop ended, by pid: every one alive when the stop began (whoever ended
@@ -69,7 +59,7 @@ pub struct Run {
     pub warning: Option<String>,
     guardian: Option<Arc<Guardian>>,
     /// The limits set on the run cgroup.
-    limits: containment::limits::Limits,
+    limits: crate::Limits,
 }
 
 impl Run {
@@ -102,7 +92,7 @@ impl Run {
     }
 
     /// Live processes of the run.
-    pub fn members(&self) -> Vec<Member> {
+    pub fn members(&self) -> Vec<Process> {
         self.backend.members()
     }
 
@@ -112,13 +102,13 @@ impl Run {
         self.backend.pids().len()
     }
 
-    /// The processes of the run seen outside its cgroup so far (see `Containment::escapees`).
-    pub fn escapees(&self) -> Vec<containment::Escapee> {
+    /// The processes of the run seen outside its cgroup so far (see `Backend::escapees`).
+    pub fn escapees(&self) -> Vec<Escapee> {
         self.backend.escapees()
     }
 
     /// Waits for the leader to exit and reaps it, reaping orphans meanwhile. Idempotent.
-    pub(super) async fn wait_leader(&mut self) -> Option<ExitStatus> {
+    pub(crate) async fn wait_leader(&mut self) -> Option<ExitStatus> {
         self.leader.wait().await
     }
 
@@ -138,10 +128,10 @@ impl Run {
     }
 
     /// The run cgroup's statistics (cgroup backend only).
-    fn usage(&self) -> Option<containment::limits::Usage> {
+    fn usage(&self) -> Option<crate::Usage> {
         #[cfg(target_os = "linux")]
         if let Some(dir) = self.backend.cgroup_path() {
-            return Some(containment::limits::Usage::read(dir));
+            return Some(crate::Usage::read(dir));
         }
         None
     }
@@ -155,10 +145,28 @@ impl Run {
         None
     }
 
-    pub fn limits(&self) -> containment::limits::Limits {
+    pub fn limits(&self) -> crate::Limits {
         self.limits
     }
 }
 
 #[cfg(all(test, target_os = "linux"))]
 mod tests;
+
+/// Whether [`own_every_child`] was called: reaper may then reap any child, and the subreaper
+/// backend (which takes every orphan for the run's) may be used.
+static OWNS_EVERY_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// See [`crate::own_every_child`].
+pub(crate) fn own_every_child() -> std::io::Result<()> {
+    #[cfg(target_os = "linux")]
+    reaper_platform::linux::subreaper::become_subreaper()?;
+    reaper_platform::reap::reap_every_child(true);
+    OWNS_EVERY_CHILD.store(true, std::sync::atomic::Ordering::SeqCst);
+    Ok(())
+}
+
+/// Whether this process declared every child reaper's ([`own_every_child`]).
+pub(crate) fn owns_every_child() -> bool {
+    OWNS_EVERY_CHILD.load(std::sync::atomic::Ordering::SeqCst)
+}

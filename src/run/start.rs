@@ -3,21 +3,21 @@
 use std::collections::HashSet;
 use std::process::{ChildStderr, ChildStdin, ChildStdout};
 
-#[cfg(target_os = "linux")]
-use reaper_platform::linux::subreaper;
 use reaper_platform::reap;
 use reaper_platform::terminal::Foreground;
 use tokio::signal::unix::{signal as unix_signal, SignalKind};
 use tokio::time::Instant;
 
-use super::error::{classify_spawn_error, ReaperError, StartError};
+use super::leader::Leader;
+use super::spawn;
 use super::stop::KILL_DEADLINE;
-use super::{command, Event, EventSink, Leader, LeaderCommand, Run};
-use crate::containment::select::{contain, ContainOpts};
-use crate::containment::Containment;
+use super::Run;
+use crate::containment::select::contain;
+use crate::containment::Backend;
+use crate::{Command, Error, Event};
 
 /// The leader's pipes, when the command asked for them.
-pub struct Pipes {
+pub(crate) struct Pipes {
     pub stdin: Option<ChildStdin>,
     pub stdout: Option<ChildStdout>,
     pub stderr: Option<ChildStderr>,
@@ -25,35 +25,25 @@ pub struct Pipes {
 
 impl Run {
     /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
-    pub async fn start(
-        cmd: LeaderCommand,
-        opts: &ContainOpts,
-        sink: EventSink,
-    ) -> Result<(Run, Pipes), StartError> {
+    pub(crate) async fn start(cmd: &mut Command) -> Result<(Run, Pipes), Error> {
         let argv = cmd.argv_lossy();
-        let (mut backend, warning) = contain(opts)
-            .await
-            .map_err(|e| StartError::Reaper(ReaperError::Contain(e)))?;
+        let opts = cmd.options.clone();
+        let sink = cmd.events.clone();
+        let (mut backend, warning) = contain(&opts).await.map_err(Error::Containment)?;
         let guardian = opts.guardian.clone();
-        // Orphans of the tree reparent to us rather than PID 1, so we reap them at once (PID 1
-        // may be slow to) and the subreaper backend can find them. (macOS: no such thing.)
-        #[cfg(target_os = "linux")]
-        if let Err(e) = subreaper::become_subreaper() {
-            tracing::debug!("not a subreaper: {e}");
-        }
         let sigchld = unix_signal(SignalKind::child()).ok();
         // The leader leads a process group of its own, so that the tree never shares reaper's
         // or the caller's (`kill 0` stays inside): it needs the terminal handed to it, or its
         // first read from it stops it (SIGTTIN). A sandboxed one leads a session of its own,
         // which no terminal can be handed to.
-        let terminal = (cmd.wants_terminal() && opts.sandbox.is_none())
+        let terminal = (cmd.terminal && opts.sandbox.is_none())
             .then(Foreground::if_foreground)
             .flatten();
         // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
         let reaping = reap::hold();
-        let spawned = match command::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
+        let spawned = match spawn::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
             Ok(s) => s,
             Err(e) => {
                 drop(reaping);
@@ -61,7 +51,7 @@ impl Run {
                     t.take_back_after_failed_spawn();
                 }
                 let _ = backend.release();
-                return Err(classify_spawn_error(backend.spawn_error(e), &argv[0]));
+                return Err(spawn::classify(e, &backend, &argv[0]));
             }
         };
         let (pid, pipes) = (spawned.pid, spawned.pipes);
@@ -84,7 +74,10 @@ impl Run {
                 let _ = backend.release();
                 reap::reap_orphans();
                 reap::unregister_leader(pid);
-                return Err(StartError::Reaper(ReaperError::NoPidfd { pid, error: e }));
+                return Err(Error::NoPidfd {
+                    pid: pid.as_raw_nonzero().get(),
+                    source: e,
+                });
             }
         };
         sink.emit(Event::Spawned {

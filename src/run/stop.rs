@@ -7,12 +7,13 @@ use std::time::Duration;
 use reaper_platform::{reap, signal, Signal};
 use tokio::time::Instant;
 
-use super::{Event, Run};
-use crate::containment::{self, Containment, Member};
+use super::Run;
+use crate::Event;
+use crate::containment::{self, Backend, Process};
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).
-pub(super) const KILL_DEADLINE: Duration = Duration::from_secs(5);
+pub(crate) const KILL_DEADLINE: Duration = Duration::from_secs(5);
 /// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
 const KILL_ROUND: Duration = Duration::from_millis(200);
 
@@ -27,7 +28,7 @@ impl Run {
     /// Passes `sig` on, as an init does: to the leader alone, or to every member with
     /// `to_tree`. Not a stop: the run goes on, nothing is counted as stopped, and no SIGCONT
     /// follows. Returns how many processes it reached.
-    pub(super) fn forward(&self, sig: Signal, to_tree: bool) -> usize {
+    pub(crate) fn forward(&self, sig: Signal, to_tree: bool) -> usize {
         let n = if to_tree {
             self.backend.signal_all(sig).len()
         } else {
@@ -41,7 +42,7 @@ impl Run {
     }
 
     /// Lets the tree run on its own until it is empty or `linger` has passed.
-    pub(super) async fn linger(&mut self, linger: Duration) -> bool {
+    pub(crate) async fn linger(&mut self, linger: Duration) -> bool {
         self.backend.wait_empty(Instant::now() + linger).await
     }
 
@@ -49,7 +50,7 @@ impl Run {
     /// it), up to `grace` for them to exit, then SIGKILL for all (cgroup.kill, or the subreaper
     /// sweep) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
     /// `first` may be `None` (timeout(1)'s signal 0): nothing is sent, the grace still runs.
-    pub(super) async fn stop(
+    pub(crate) async fn stop(
         &mut self,
         first: impl Into<Option<Signal>>,
         grace: Duration,
@@ -62,7 +63,7 @@ impl Run {
     /// Sends `sig` to every member (or to the leader alone), then SIGCONT so that a stopped
     /// process sees it; the tree is not waited for. Returns how many processes it reached.
     /// timeout(1)'s face signals first and waits for the leader only.
-    pub(super) fn signal(&mut self, sig: Signal, leader_only: bool) -> usize {
+    pub(crate) fn signal(&mut self, sig: Signal, leader_only: bool) -> usize {
         self.stop_at.get_or_insert_with(Instant::now);
         // reaper's own signal may stop the leader: not a job-control stop to pass on.
         self.leader.job_control = false;
@@ -106,7 +107,7 @@ impl Run {
     /// [`Run::stop`], with the first signal to the leader alone: for a leader that stops its
     /// own tree gracefully on it (codex on SIGINT kills its tool process groups); whatever it
     /// leaves is killed after the grace like everything else.
-    pub(super) async fn stop_from_leader(
+    pub(crate) async fn stop_from_leader(
         &mut self,
         first: Signal,
         grace: Duration,
@@ -195,7 +196,7 @@ impl Run {
         }
     }
 
-    fn record(&mut self, ms: &[Member]) {
+    fn record(&mut self, ms: &[Process]) {
         self.stopped.extend(ms.iter().map(|m| m.pid));
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::error::classify_spawn_error;
 use super::*;
-use crate::containment::select::{ContainOpts, Requested};
+use crate::containment::select::{Options, Requested};
 
 /// Starts `argv` with `env` on top of reaper's, contained as `requested`.
 async fn start_with(
@@ -13,7 +13,7 @@ async fn start_with(
     argv: &[&str],
     env: Vec<(String, String)>,
 ) -> Result<Run, StartError> {
-    let opts = ContainOpts::plain(requested);
+    let opts = Options::plain(requested);
     let mut cmd = LeaderCommand::new(argv[0]);
     cmd.args(&argv[1..])
         .envs(env)
@@ -27,7 +27,7 @@ async fn start_with(
 
 /// Starts `argv` contained in a cgroup of its own, or says why it cannot and returns `None`.
 async fn start(argv: &[&str]) -> Option<Run> {
-    match start_with(Requested::Cgroup, argv, Vec::new()).await {
+    match start_with(Containment::Cgroup, argv, Vec::new()).await {
         Ok(run) => Some(run),
         Err(e) => {
             // ci/test.sh names what the machine has: there a skip would be a vacuous pass.
@@ -118,7 +118,7 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
     let many: Vec<(String, String)> = (0..64)
         .map(|i| (format!("REAPER_TEST_BIG{i}"), "x".repeat(100 << 10)))
         .collect();
-    for requested in [Requested::Cgroup, Requested::Pgid] {
+    for requested in [Containment::Cgroup, Containment::Pgid] {
         for (what, env, detail) in [
             (
                 "one variable",

@@ -49,6 +49,10 @@ pub struct SpawnSpec<'a> {
     pub parent_death_signal: Option<rustix::process::Signal>,
     /// An fd of the cgroup's directory (`O_RDONLY` or `O_PATH`).
     pub cgroup: BorrowedFd<'a>,
+    /// Instead of exec'ing `candidates`, the child calls this once it is set up (in its cgroup,
+    /// its sandbox, its stdio in place) and exits with what it returns: a self-check that needs
+    /// no program of its own. It runs between clone and exec, so it must not allocate or lock.
+    pub call: Option<&'a (dyn Fn() -> i32 + Sync)>,
     /// `--sandbox`: the clone makes its user (and PID) namespace, the parent writes the maps,
     /// then the child applies the rest once it is in the cgroup, before anything else; with a
     /// PID namespace the child is PID 1 of it.
@@ -473,6 +477,9 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
             if libc::chdir(cwd.as_ptr()) != 0 {
                 fail(errno());
             }
+        }
+        if let Some(f) = spec.call {
+            libc::_exit(f());
         }
         // Rust ignores SIGPIPE and tokio's signal handling may leave signals blocked; an
         // ignored signal and the mask survive exec, so reset both like std does.

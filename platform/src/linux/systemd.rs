@@ -60,12 +60,6 @@ fn fail(step: &'static str) -> impl FnOnce(zbus::Error) -> SystemdError {
     }
 }
 
-/// Whether systemd is the service manager of this machine (sd_booted(3): the directory
-/// `/run/systemd/system` exists only then).
-pub fn booted() -> bool {
-    std::path::Path::new("/run/systemd/system").is_dir()
-}
-
 /// A connection to one manager, with every call bounded by `timeout` (a manager that does not
 /// answer must not hang reaper).
 pub struct Manager {

@@ -34,7 +34,7 @@ use reaper_platform::proctable::{ProcEntry, ProcessTable};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
-use super::{BackendKind, Capabilities, Containment, Error, Member};
+use super::{BackendKind, Capabilities, Backend, Error, Process};
 pub use schedule::Schedule;
 use tracker::{Adopter, Tracker};
 
@@ -225,8 +225,8 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn member(e: ProcEntry) -> Member {
-    Member {
+fn member(e: ProcEntry) -> Process {
+    Process {
         pid: e.pid,
         starttime: e.starttime,
         comm: e.comm,
@@ -262,7 +262,7 @@ async fn poll(shared: Weak<Mutex<Shared>>, mut schedule: Schedule) {
     }
 }
 
-impl Containment for PgidBackend {
+impl Backend for PgidBackend {
     fn kind(&self) -> BackendKind {
         BackendKind::Pgid
     }
@@ -312,7 +312,7 @@ impl Containment for PgidBackend {
         }
     }
 
-    fn members(&self) -> Vec<Member> {
+    fn members(&self) -> Vec<Process> {
         lock(&self.shared)
             .look()
             .0
@@ -321,13 +321,13 @@ impl Containment for PgidBackend {
             .collect()
     }
 
-    fn signal_all(&self, sig: Signal) -> Vec<Member> {
+    fn signal_all(&self, sig: Signal) -> Vec<Process> {
         super::signal_each(self.members(), sig)
     }
 
     /// SIGSTOP the remembered groups and every member, look again until a look finds nobody
     /// new, then SIGKILL the groups and the members.
-    fn kill_all(&self) -> Vec<Member> {
+    fn kill_all(&self) -> Vec<Process> {
         let mut s = lock(&self.shared);
         let stopped = super::sweep::stop(|round| {
             // The first round starts from the last look's members (the stop sequence looked
@@ -431,7 +431,7 @@ mod tests {
         Pid::from_raw(child.id() as i32).expect("a child's pid is positive")
     }
 
-    fn pids(members: &[Member]) -> Vec<i32> {
+    fn pids(members: &[Process]) -> Vec<i32> {
         members.iter().map(|m| m.pid).collect()
     }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::parse::{self, SigSpec};
 use super::run::{ContainArgs, GuardArgs, LimitArgs, RunArgs, TimeoutFace};
-use crate::containment::select::{DelegateMode, Requested};
+use reaper::containment::select::{DelegateMode, Requested};
 
 /// 125: timeout(1)'s status for its own failures (bad usage included).
 const CANCELED: u8 = 125;

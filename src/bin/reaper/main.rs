@@ -19,14 +19,11 @@ macro_rules! out {
 }
 
 mod cli;
-mod containment;
-#[cfg(target_os = "linux")]
-mod guardian;
-#[cfg(not(target_os = "linux"))]
-#[path = "no_guardian.rs"]
-mod guardian;
 mod mcp;
-mod run;
+#[cfg(test)]
+mod plans_tests;
+
+use reaper::guardian;
 
 use clap::{Parser, Subcommand};
 
@@ -62,14 +59,6 @@ enum Cmd {
     /// Internal: the guardian that cleans up if reaper PID is killed.
     #[command(hide = true)]
     Guardian { pid: i32, starttime: u64 },
-    /// Internal: what `reaper doctor` runs inside a sandbox to try each route out of it.
-    #[cfg(target_os = "linux")]
-    #[command(hide = true)]
-    SandboxProbe {
-        cgroup2: std::path::PathBuf,
-        outside_pid: i32,
-        host_userns: String,
-    },
 }
 
 fn main() -> std::process::ExitCode {
@@ -152,12 +141,6 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),
         Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),
-        #[cfg(target_os = "linux")]
-        Cmd::SandboxProbe {
-            cgroup2,
-            outside_pid,
-            host_userns,
-        } => cli::doctor::sandbox_probe(&cgroup2, outside_pid, &host_userns),
     };
     std::process::ExitCode::from(code)
 }

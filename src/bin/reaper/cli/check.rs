@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use super::parse;
 use super::run::{ContainArgs, GuardArgs};
-use crate::containment::select::ContainOpts;
-use crate::run::{
+use reaper::containment::select::ContainOpts;
+use reaper::run::{
     EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, StartError, Step, StopReason,
     StopSpec, Supervisor,
 };
@@ -132,9 +132,9 @@ pub struct RunReport {
     /// Whether the survivors were killed afterwards (not with `--keep`).
     pub killed: bool,
     /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
-    pub limits: Option<crate::containment::limits::Limits>,
+    pub limits: Option<reaper::containment::limits::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend; not with `--keep`).
-    pub usage: Option<crate::containment::limits::Usage>,
+    pub usage: Option<reaper::containment::limits::Usage>,
     /// Whether the memory limit ended the run (the OOM killer; stop reason `oom`).
     pub out_of_memory: bool,
 }
@@ -245,7 +245,7 @@ pub enum CheckError {
     /// The run's end failed (the cgroup could not be removed, survivors of SIGKILL).
     Finish(String),
     /// `--keep`: the survivors could not be kept where they are.
-    Keep(crate::containment::Error),
+    Keep(reaper::containment::Error),
 }
 
 impl std::fmt::Display for CheckError {

@@ -24,9 +24,9 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
-use crate::containment::select::ContainOpts;
-use crate::run::supervise::CutShort;
-use crate::run::{
+use reaper::containment::select::ContainOpts;
+use reaper::run::supervise::CutShort;
+use reaper::run::{
     EventSink, Io, LeaderCommand, Plan, Request, Requests, Run, StartError, Step, StopReason,
     StopSpec, Supervisor, Target,
 };
@@ -288,11 +288,11 @@ pub async fn run(
     }
 }
 
-/// Whether concurrent calls get trees of their own (see [`crate::containment::select::isolated`]:
+/// Whether concurrent calls get trees of their own (see [`reaper::containment::select::isolated`]:
 /// when `auto` got a cgroup, the calls are pinned to `cgroup`). Fails when the server has limits
 /// (`--memory-max`…) and no call could get them.
-pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, crate::containment::Error> {
-    crate::containment::select::isolated(opts).await
+pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, reaper::containment::Error> {
+    reaper::containment::select::isolated(opts).await
 }
 
 /// Writes the prompt and closes stdin (codex reads stdin to its end before it starts). A codex

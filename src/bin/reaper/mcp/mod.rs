@@ -7,7 +7,7 @@
 //! | `argv`     | codex's argv; the server's own flags and the once-only ones          |
 //! | `stream`   | the `codex exec --json` event stream, folded as it arrives, bounded  |
 //! | `result`   | result text, `isError`, `structuredContent`                          |
-//! | `call`     | one call through [`crate::run::Run`]: spawn, stream, timeout, cancel |
+//! | `call`     | one call through [`reaper::run::Run`]: spawn, stream, timeout, cancel |
 //! | `progress` | `notifications/progress` that never hold a call up                  |
 //! | `server`   | the rmcp handler: tools/list, tools/call, concurrency slots          |
 //! | `gate`     | back-pressure: stop reading stdin while too much is in flight        |

@@ -1,165 +1,119 @@
-//! The command a run starts, and the two ways of starting it: created inside its cgroup by
-//! clone3, or by std's `Command` joined before exec (`containment::spawn` says which). std's
-//! `Command` has no getters for its stdio, so callers describe the command here and both paths
-//! are built from it.
+//! The leader's spawn into its containment: created inside its cgroup by clone3, or started by
+//! std's `Command` and joined before exec (`containment::spawn` says which), both built from
+//! the [`Command`]; and the one translation of a failed spawn into an [`Error`].
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::os::fd::OwnedFd;
-use std::process::Stdio;
 
 use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
 use super::Pipes;
-use crate::containment::select::SandboxMode;
-use crate::containment::{Backend, Containment};
+use crate::containment::{AnyBackend, Backend};
+use crate::{Command, ContainError, ContainErrorKind, Error, Sandbox, SandboxError, Stdio};
 
-/// `--sandbox` could not be set up as asked: the run does not start (exit 125), rather than
-/// start weaker than asked.
-#[derive(Debug)]
-pub struct SandboxRefused(pub String);
+/// Why a spawn failed, before it becomes an [`Error`] ([`classify`]).
+pub(crate) enum Failure {
+    /// The sandbox could not be set up: nothing ran.
+    Sandbox(SandboxError),
+    /// The spawn's own error: exec's errno, E2BIG explained, or a backend's failure between
+    /// fork and exec.
+    Io(std::io::Error),
+}
 
-impl std::fmt::Display for SandboxRefused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+impl From<std::io::Error> for Failure {
+    fn from(e: std::io::Error) -> Self {
+        Failure::Io(e)
     }
 }
 
-impl std::error::Error for SandboxRefused {}
-
-fn refused(msg: impl Into<String>) -> std::io::Error {
-    std::io::Error::other(SandboxRefused(msg.into()))
-}
-
-/// Where one of the leader's standard streams goes.
-#[derive(Debug)]
-pub enum Io {
-    /// reaper's own.
-    Inherit,
-    /// `/dev/null`.
-    Null,
-    /// A pipe whose other end reaper gets in [`Pipes`].
-    Piped,
-    /// This fd.
-    Fd(OwnedFd),
-}
-
-impl From<Io> for Stdio {
-    fn from(io: Io) -> Stdio {
-        match io {
-            Io::Inherit => Stdio::inherit(),
-            Io::Null => Stdio::null(),
-            Io::Piped => Stdio::piped(),
-            Io::Fd(fd) => Stdio::from(fd),
+/// A failed spawn as the caller needs it: not found, not executable, too large, the sandbox,
+/// the cgroup join, or reaper's own failure.
+pub(crate) fn classify(f: Failure, backend: &AnyBackend, program: &str) -> Error {
+    use rustix::io::Errno;
+    let program = program.to_owned();
+    let e = match f {
+        Failure::Sandbox(e) => return Error::Sandbox(e),
+        Failure::Io(e) => backend.spawn_error(e),
+    };
+    if let Some(c) = e.get_ref().and_then(|r| r.downcast_ref::<ContainError>()) {
+        if c.kind() == ContainErrorKind::JoinFailed {
+            return Error::JoinFailed {
+                program,
+                cause: c.clone(),
+            };
         }
     }
+    // `explain` has said by how much (E2BIG comes back as this kind).
+    if e.kind() == std::io::ErrorKind::ArgumentListTooLong {
+        return Error::TooLarge { program, source: e };
+    }
+    match e.raw_os_error().map(Errno::from_raw_os_error) {
+        Some(Errno::NOENT) => Error::NotFound { program },
+        Some(
+            Errno::ACCESS
+            | Errno::PERM
+            | Errno::NOEXEC
+            | Errno::ISDIR
+            | Errno::TXTBSY
+            | Errno::NOTDIR
+            | Errno::LOOP
+            | Errno::NAMETOOLONG,
+        ) => Error::NotExecutable { program, source: e },
+        _ => Error::Spawn { program, source: e },
+    }
 }
 
-/// A command for [`super::Run::start`]: the environment and working directory are reaper's,
-/// with `envs` applied on top.
-#[derive(Debug)]
-pub struct LeaderCommand {
-    program: OsString,
-    args: Vec<OsString>,
-    envs: Vec<(OsString, OsString)>,
-    stdio: [Io; 3],
-    terminal: bool,
-}
-
-impl LeaderCommand {
-    pub fn new(program: impl Into<OsString>) -> Self {
-        Self {
-            program: program.into(),
-            args: Vec::new(),
-            envs: Vec::new(),
-            stdio: [Io::Inherit, Io::Inherit, Io::Inherit],
-            terminal: false,
+impl Command {
+    /// The command's environment: this process's (unless cleared), with the changes on top.
+    fn environment(&self) -> std::collections::BTreeMap<OsString, OsString> {
+        let mut env: std::collections::BTreeMap<OsString, OsString> = if self.env_clear {
+            Default::default()
+        } else {
+            std::env::vars_os().collect()
+        };
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => env.insert(k.clone(), v.clone()),
+                None => env.remove(k),
+            };
         }
-    }
-
-    pub fn args<I: IntoIterator<Item = S>, S: Into<OsString>>(&mut self, args: I) -> &mut Self {
-        self.args.extend(args.into_iter().map(Into::into));
-        self
-    }
-
-    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Self
-    where
-        I: IntoIterator<Item = (K, V)>,
-        K: Into<OsString>,
-        V: Into<OsString>,
-    {
-        self.envs
-            .extend(vars.into_iter().map(|(k, v)| (k.into(), v.into())));
-        self
-    }
-
-    pub fn stdin(&mut self, io: Io) -> &mut Self {
-        self.stdio[0] = io;
-        self
-    }
-
-    pub fn stdout(&mut self, io: Io) -> &mut Self {
-        self.stdio[1] = io;
-        self
-    }
-
-    pub fn stderr(&mut self, io: Io) -> &mut Self {
-        self.stdio[2] = io;
-        self
-    }
-
-    /// The leader may use reaper's controlling terminal as a foreground job does: reaper hands
-    /// the leader's process group the terminal and passes job control (Ctrl-Z, `fg`) through.
-    /// Not for a reaper that reads the terminal itself (`reaper mcp`, `--on-stdin-eof`): it
-    /// would be stopped by SIGTTIN. Not under `--sandbox`, whose leader has a session of its
-    /// own and so no controlling terminal.
-    pub fn use_terminal(&mut self) -> &mut Self {
-        self.terminal = true;
-        self
-    }
-
-    pub fn wants_terminal(&self) -> bool {
-        self.terminal
-    }
-
-    /// argv as text, for reports and messages.
-    pub fn argv_lossy(&self) -> Vec<String> {
-        std::iter::once(&self.program)
-            .chain(&self.args)
-            .map(|a| a.to_string_lossy().into_owned())
-            .collect()
+        env
     }
 
     /// std's `Command` for this command. Takes the stdio out (it is moved into the `Command`);
-    /// the rest stays, so a failed spawn can still be explained ([`LeaderCommand::explain`]).
+    /// the rest stays, so a failed spawn can still be explained ([`Command::explain`]).
     fn take_std(&mut self) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.program);
-        cmd.args(&self.args)
-            .envs(self.envs.iter().map(|(k, v)| (k, v)));
-        let [i, o, e] = std::mem::replace(&mut self.stdio, [Io::Inherit, Io::Inherit, Io::Inherit]);
-        cmd.stdin(i).stdout(o).stderr(e);
+        cmd.args(&self.args);
+        if self.env_clear {
+            cmd.env_clear();
+        }
+        for (k, v) in &self.env {
+            match v {
+                Some(v) => cmd.env(k, v),
+                None => cmd.env_remove(k),
+            };
+        }
+        if let Some(d) = &self.cwd {
+            cmd.current_dir(d);
+        }
+        let [i, o, e] = std::mem::take(&mut self.stdio);
+        cmd.stdin(std_stdio(i)).stdout(std_stdio(o)).stderr(std_stdio(e));
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd
     }
 
     /// What execve(2) counts against its limits for this command: the file name, and each
-    /// argument and environment string (reaper's environment with `envs` on top), each with its
-    /// NUL, plus a pointer to each string. Computed only to explain an E2BIG.
+    /// argument and environment string, each with its NUL, plus a pointer to each string.
+    /// Computed only to explain an E2BIG.
     fn exec_size(&self) -> ExecSize {
-        let mut env: std::collections::BTreeMap<OsString, usize> = std::env::vars_os()
-            .map(|(k, v)| {
-                let n = k.len() + v.len() + 2;
-                (k, n)
-            })
-            .collect();
-        for (k, v) in &self.envs {
-            env.insert(k.clone(), k.len() + v.len() + 2);
-        }
+        let env = self.environment();
         let strings = std::iter::once(&self.program)
             .chain(&self.args)
             .map(|a| a.len() + 1)
-            .chain(env.into_values());
+            .chain(env.iter().map(|(k, v)| k.len() + v.len() + 2));
         // execve(2) copies the file name it runs too (no pointer to it): here the program.
         let mut size = ExecSize {
             total: self.program.len() + 1,
@@ -182,6 +136,15 @@ impl LeaderCommand {
             std::io::ErrorKind::ArgumentListTooLong,
             self.exec_size().describe(),
         )
+    }
+}
+
+fn std_stdio(io: Stdio) -> std::process::Stdio {
+    match io {
+        Stdio::Inherit => std::process::Stdio::inherit(),
+        Stdio::Null => std::process::Stdio::null(),
+        Stdio::Piped => std::process::Stdio::piped(),
+        Stdio::Fd(fd) => std::process::Stdio::from(fd),
     }
 }
 
@@ -249,7 +212,7 @@ fn exec_limit() -> (Option<usize>, &'static str) {
 
 /// A started leader, not reaped yet. `handle` is an error when the pidfd could not be opened
 /// after a std spawn: the caller must then kill what it started.
-pub(super) struct Spawned {
+pub(crate) struct Spawned {
     pub pid: Pid,
     pub handle: std::io::Result<Handle>,
     pub pipes: Pipes,
@@ -257,47 +220,46 @@ pub(super) struct Spawned {
     pub how: &'static str,
 }
 
-/// Starts `cmd` into `backend`. An `Err` is the spawn's own error (not found, not executable,
-/// too large to exec, could not join the cgroup); nothing is left running then.
+/// Whether this is the process's main thread: `PR_SET_PDEATHSIG` fires when the *thread* that
+/// forked a child exits, and only the main thread lives as long as the process.
+fn on_main_thread() -> bool {
+    rustix::thread::gettid() == rustix::process::getpid()
+}
+
+/// Starts `cmd` into `backend`. An `Err` is the spawn's own failure (not found, not executable,
+/// too large to exec, could not join the cgroup, the sandbox); nothing is left running then.
 /// `terminal`: the leader makes its new group the terminal's foreground group before exec.
 /// `sandbox`: the leader starts in it (Linux, cgroup backend only; anything else is an error,
 /// never a weaker sandbox).
-pub(super) fn spawn(
-    mut cmd: LeaderCommand,
-    backend: &Backend,
+pub(crate) fn spawn(
+    cmd: &mut Command,
+    backend: &AnyBackend,
     terminal: Option<&Foreground>,
-    sandbox: Option<SandboxMode>,
-) -> std::io::Result<Spawned> {
+    sandbox: Option<Sandbox>,
+) -> Result<Spawned, Failure> {
     let tty = terminal.map(Foreground::raw_fd);
     #[cfg(not(target_os = "linux"))]
     if sandbox.is_some() {
-        return Err(refused(
-            "--sandbox needs Linux (mount, cgroup and PID namespaces, capabilities)",
-        ));
+        return Err(Failure::Sandbox(SandboxError::NotLinux));
     }
     #[cfg(target_os = "linux")]
     let plan = match sandbox {
         None => None,
         Some(mode) => {
             if !backend.capabilities().spawns_leader_inside {
-                return Err(refused(format!(
-                    "--sandbox needs the cgroup backend (its cgroup namespace is rooted at the \
-                     run's cgroup); this run has the {} backend: run `reaper doctor`",
-                    backend.kind().as_str()
-                )));
+                return Err(Failure::Sandbox(SandboxError::NeedsCgroupBackend {
+                    backend: backend.kind(),
+                }));
             }
-            let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == SandboxMode::Pid)
-                .map_err(|e| refused(format!("--sandbox: cannot prepare the sandbox: {e}")))?;
+            let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == Sandbox::Pid)
+                .map_err(|e| Failure::Sandbox(SandboxError::Prepare(e)))?;
             // The sandbox lives in a user namespace of its own: where the kernel forbids
             // unprivileged ones, say so by name rather than fail on a later step.
             if plan.unprivileged()
                 && reaper_platform::linux::namespaces::unprivileged_userns() == Some(false)
             {
-                return Err(refused(
-                    "--sandbox as a non-root user needs an unprivileged user namespace, which \
-                     this machine disables (user.max_user_namespaces is 0 or \
-                     kernel.unprivileged_userns_clone is 0): run `reaper doctor`, enable them, \
-                     or run reaper as root",
+                return Err(Failure::Sandbox(
+                    SandboxError::NoUnprivilegedUserNamespaces,
                 ));
             }
             Some(plan)
@@ -305,27 +267,22 @@ pub(super) fn spawn(
     };
     #[cfg(target_os = "linux")]
     if let Some(dir) = crate::containment::spawn::clone_target(backend) {
-        use crate::containment::spawn::Error;
-        match clone3::spawn(&cmd, dir, tty, plan.as_ref()) {
+        use crate::containment::spawn::Error as CloneError;
+        match clone3::spawn(cmd, dir, tty, plan.as_ref()) {
             Ok(s) => return Ok(s),
-            Err(Error::Sandbox(e)) => {
+            Err(CloneError::Sandbox(e)) => {
                 let unprivileged = plan.as_ref().is_some_and(|p| p.unprivileged());
-                return Err(refused(step_refused(e, unprivileged)));
+                return Err(Failure::Sandbox(step_refused(e, unprivileged)));
             }
-            Err(Error::Failed(e)) => return Err(cmd.explain(e)),
-            Err(Error::Unsupported(e)) if plan.is_some() => {
-                return Err(refused(format!(
-                    "--sandbox needs clone3(CLONE_INTO_CGROUP | CLONE_NEWUSER), which this \
-                     kernel refused: {e}"
-                )));
+            Err(CloneError::Failed(e)) => return Err(Failure::Io(cmd.explain(e))),
+            Err(CloneError::Unsupported(e)) if plan.is_some() => {
+                return Err(Failure::Sandbox(SandboxError::NeedsClone3 { source: Some(e) }));
             }
-            Err(Error::Unsupported(e)) => crate::containment::spawn::give_up(&e),
-            Err(Error::CgroupRefused(e)) if plan.is_some() => {
-                return Err(refused(format!(
-                    "--sandbox: the kernel would not create the leader in the run's cgroup: {e}"
-                )));
+            Err(CloneError::Unsupported(e)) => crate::containment::spawn::give_up(&e),
+            Err(CloneError::CgroupRefused(e)) if plan.is_some() => {
+                return Err(Failure::Sandbox(SandboxError::CgroupRefused(e)));
             }
-            Err(Error::CgroupRefused(e)) => {
+            Err(CloneError::CgroupRefused(e)) => {
                 tracing::debug!("clone3 into the run cgroup refused ({e}); trying cgroup.procs");
             }
         }
@@ -334,41 +291,33 @@ pub(super) fn spawn(
     // step, which only the clone3 path can wait for.
     #[cfg(target_os = "linux")]
     if plan.is_some() {
-        return Err(refused(
-            "--sandbox needs clone3(CLONE_INTO_CGROUP), which is not used here (REAPER_CLONE3=0, \
-             or a seccomp filter refused it earlier): run `reaper doctor`",
-        ));
+        return Err(Failure::Sandbox(SandboxError::NeedsClone3 { source: None }));
     }
-    spawn_std(&mut cmd, backend, tty).map_err(|e| cmd.explain(e))
+    spawn_std(cmd, backend, tty).map_err(|e| Failure::Io(cmd.explain(e)))
 }
 
 /// The refusal of a sandbox step, with the likely cause when a non-root user's namespace was
 /// made but gives no capability: Ubuntu's AppArmor lets an unconfined program create a user
 /// namespace and then denies it every capability there.
 #[cfg(target_os = "linux")]
-fn step_refused(e: reaper_platform::linux::sandbox::StepError, unprivileged: bool) -> String {
+fn step_refused(e: reaper_platform::linux::sandbox::StepError, unprivileged: bool) -> SandboxError {
     use reaper_platform::linux::sandbox::Step;
     let restricted =
         std::fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
             .is_ok_and(|s| s.trim() == "1");
-    if unprivileged
-        && e.step != Step::UserNamespace
-        && matches!(e.errno, libc::EPERM | libc::EACCES)
-        && restricted
-    {
-        format!(
-            "{e} (AppArmor restricts unprivileged user namespaces here: \
-             kernel.apparmor_restrict_unprivileged_userns is 1; give reaper an AppArmor profile \
-             with `userns`, or run it as root)"
-        )
-    } else {
-        e.to_string()
+    SandboxError::Step {
+        step: e.step,
+        errno: e.errno,
+        apparmor: unprivileged
+            && e.step != Step::UserNamespace
+            && matches!(e.errno, libc::EPERM | libc::EACCES)
+            && restricted,
     }
 }
 
 fn spawn_std(
-    cmd: &mut LeaderCommand,
-    backend: &Backend,
+    cmd: &mut Command,
+    backend: &AnyBackend,
     tty: Option<std::os::fd::RawFd>,
 ) -> std::io::Result<Spawned> {
     let mut cmd = cmd.take_std();
@@ -386,7 +335,7 @@ fn spawn_std(
         }
     }
     #[cfg(target_os = "linux")]
-    {
+    if on_main_thread() {
         use std::os::unix::process::CommandExt;
         let me = rustix::process::getpid();
         // If reaper dies before the leader's exec (or at any time after), the leader gets
@@ -434,17 +383,16 @@ mod clone3 {
     use crate::containment::spawn::{clone_into, Error};
 
     pub fn spawn(
-        cmd: &LeaderCommand,
+        cmd: &mut Command,
         cgroup: BorrowedFd<'_>,
         tty: Option<std::os::fd::RawFd>,
         sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
     ) -> Result<Spawned, Error> {
         let failed = Error::Failed;
-        let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
-        env.extend(cmd.envs.iter().cloned());
+        let env = cmd.environment();
         let candidates = spawn::exec_candidates(
             &cmd.program,
-            env.get(std::ffi::OsStr::new("PATH")).map(|p| p.as_os_str()),
+            env.get(OsStr::new("PATH")).map(|p| p.as_os_str()),
         )
         .map_err(failed)?;
         let nul = || {
@@ -461,14 +409,18 @@ mod clone3 {
             .collect::<Result<Vec<_>, _>>()?;
         let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
             .ok_or_else(nul)?;
+        let cwd = match &cmd.cwd {
+            Some(d) => Some(spawn::c_path(d).map_err(failed)?),
+            None => None,
+        };
 
         // The child's ends (kept until the spawn returns) and reaper's ends of the pipes.
         let mut child_ends: [Option<OwnedFd>; 3] = [None, None, None];
         let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
         for (i, io) in cmd.stdio.iter().enumerate() {
             match io {
-                Io::Inherit => {}
-                Io::Null => {
+                Stdio::Inherit => {}
+                Stdio::Null => {
                     let null = rustix::fs::open(
                         "/dev/null",
                         OFlags::RDWR | OFlags::CLOEXEC,
@@ -477,14 +429,14 @@ mod clone3 {
                     .map_err(|e| failed(e.into()))?;
                     child_ends[i] = Some(null);
                 }
-                Io::Piped => {
+                Stdio::Piped => {
                     let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
                         .map_err(|e| failed(e.into()))?;
                     let (child, mine) = if i == 0 { (r, w) } else { (w, r) };
                     child_ends[i] = Some(child);
                     ours[i] = Some(mine);
                 }
-                Io::Fd(fd) => {
+                Stdio::Fd(fd) => {
                     child_ends[i] = Some(fd.try_clone().map_err(failed)?);
                 }
             }
@@ -493,18 +445,21 @@ mod clone3 {
             candidates,
             argv,
             envp,
-            cwd: None,
+            cwd,
             stdio: [0, 1, 2].map(|i| child_ends[i].as_ref().map(|f| f.as_fd())),
             new_process_group: true,
             // The sandbox's leader cannot reach reaper's terminal: no `vhangup`, no TIOCSTI,
             // no SIGHUP or job-control signal through it.
             new_session: sandbox.is_some(),
             foreground_tty: tty,
-            parent_death_signal: Some(reaper_platform::Signal::KILL),
+            parent_death_signal: on_main_thread().then_some(reaper_platform::Signal::KILL),
             cgroup,
+            call: None,
             sandbox,
         };
         let pidfd = clone_into(&spec)?;
+        // The descriptors the child was given are its own now; a second spawn of the same
+        // command gets them again (`Fd`), or new pipes.
         let [i, o, e] = ours;
         Ok(Spawned {
             pid: pidfd.pid(),

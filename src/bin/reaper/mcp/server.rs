@@ -23,7 +23,7 @@ use super::params::{self, ToolKind, SANDBOX_MODES};
 use super::progress::{Progress, Status};
 use super::result::{error_result, Ending, Report};
 use super::stream::{EventStream, Tail};
-use crate::containment::select::ContainOpts;
+use reaper::containment::select::ContainOpts;
 
 /// Everything the server is started with.
 #[derive(Debug, Clone)]

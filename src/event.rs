@@ -81,20 +81,24 @@ impl EventSink {
         }
     }
 
-    /// One JSON object per line on stderr: `{"t_ms":12,"event":"spawned",…}`.
-    pub fn json_lines_to_stderr() -> Self {
-        Self::new(|t_ms, ev| {
-            let mut v = serde_json::to_value(ev).unwrap_or_default();
-            if let Some(obj) = v.as_object_mut() {
-                obj.insert("t_ms".into(), t_ms.into());
-            }
-            say!("{v}");
-        })
-    }
-
+    /// Sends `ev` to the listener, if there is one.
     pub fn emit(&self, ev: Event) {
         if let Some(f) = &self.f {
             f(self.started.elapsed().as_millis() as u64, &ev);
         }
+    }
+}
+
+impl std::fmt::Debug for EventSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSink")
+            .field("listening", &self.f.is_some())
+            .finish()
+    }
+}
+
+impl Default for EventSink {
+    fn default() -> Self {
+        Self::none()
     }
 }

@@ -13,8 +13,8 @@ use std::time::Duration;
 use clap::Parser;
 
 use super::*;
-use crate::containment::select::{ContainOpts, Requested};
-use crate::run::{EventSink, Io, LeaderCommand};
+use reaper::containment::select::{ContainOpts, Requested};
+use reaper::run::{EventSink, Io, LeaderCommand};
 
 #[derive(Parser)]
 struct RunCli {

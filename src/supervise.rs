@@ -1,7 +1,9 @@
-//! The one supervisor of a run: the only code that waits on the leader, the clock and stop
-//! requests, that decides why the run stops, that emits the lifecycle events of that decision
-//! and that drives the stop sequence. `run`, `check` and `mcp` only turn their inputs into a
-//! [`Plan`] and [`Request`]s, and the [`Outcome`] into an exit status, a report or an MCP result.
+//! How a run is supervised: the [`Plan`] (timeout, stop signal and its target, grace, linger,
+//! what a stdin EOF or the parent's death does) and the [`Request`]s that stop it, fed through
+//! [`Requests`]. One supervisor per run (crate-private, inside [`crate::Child`]) is the only code
+//! that waits on the leader, the clock and the requests, decides why the run stops, emits the
+//! events of that decision and drives the stop sequence; a caller only builds a plan and turns
+//! its own inputs (signals, a client's cancel) into requests.
 //!
 //! ```text
 //! Running ──leader exits──► Exited ─► Lingering (linger) ─┐
@@ -23,15 +25,22 @@ use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
 
-use super::{Event, Outcome, Run, StopReason};
+use crate::run::Run;
+use crate::{Event, Outcome, StopReason};
 
-/// What a face asks of a running run.
+/// What a caller asks of a running run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Request {
-    /// reaper got this signal.
+    /// This process got this signal: stop the run ([`StopReason::Signal`]), or pass the signal
+    /// on if the plan forwards it ([`Plan::forward`]).
     Signal(Signal),
-    /// The client cancelled (MCP `notifications/cancelled`).
+    /// The run's owner asks it to stop ([`StopReason::Cancel`]): an MCP client's cancel,
+    /// [`crate::Child::stop`].
     Cancel,
+    /// The run's owner asks it to die now: SIGKILL for the whole tree, no grace
+    /// ([`StopReason::Cancel`]; [`crate::Child::kill`]).
+    Kill,
     /// reaper's parent died (`--die-with-parent`).
     ParentDied,
     /// reaper's stdin reached EOF or hung up (`--on-stdin-eof`).
@@ -57,8 +66,11 @@ pub enum Target {
 /// exit, then SIGKILL for everything left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct StopSpec {
+    /// The first signal; `None` sends nothing (then SIGKILL after the grace).
     pub first: Option<Signal>,
+    /// Who gets it.
     pub to: Target,
+    /// How long the tree gets to exit before everything left is SIGKILLed.
     pub grace: Duration,
 }
 
@@ -74,6 +86,7 @@ impl StopSpec {
 /// Which requests end a running grace early.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CutShort {
+    /// None does.
     Never,
     /// A further signal that is not forwarded (a second Ctrl-C: "now").
     BySignal,
@@ -94,13 +107,17 @@ pub enum Escalation {
     /// signal to reaper is passed on the same way, and a SIGALRM is the timeout. Only then is
     /// what is left of the tree stopped, with what is left of the grace.
     AfterLeader {
+        /// SIGKILL for the whole tree this long after the first signal; `None`: never.
         kill_after: Option<Duration>,
+        /// The signal goes to COMMAND alone.
         foreground: bool,
+        /// Told each signal as it is sent (`-v`).
         announce: Option<Announce>,
     },
 }
 
-/// How a run is supervised: built by each face from its own flags.
+/// How a run is supervised: each caller builds its own ([`crate::Command`]'s setters change the
+/// common parts).
 #[derive(Clone)]
 pub struct Plan {
     /// The wall-clock limit, from the supervisor's start.
@@ -121,11 +138,27 @@ pub struct Plan {
     pub parent_death_grace: Duration,
     /// The grace when the server shuts down, at most.
     pub shutdown_grace: Duration,
-    /// Init mode: the signals passed on instead of stopping the run, and to whom.
+    /// Init mode: the signals passed on instead of stopping the run.
     pub forward: Vec<Signal>,
+    /// …and to whom.
     pub forward_to: Target,
+    /// Which requests end a running grace early.
     pub cut_short: CutShort,
+    /// What happens after the first signal of a timeout or a signal.
     pub escalation: Escalation,
+}
+
+impl std::fmt::Debug for Plan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Plan")
+            .field("timeout", &self.timeout)
+            .field("stop", &self.stop)
+            .field("leftovers", &self.leftovers)
+            .field("linger", &self.linger)
+            .field("stdin_eof", &self.stdin_eof)
+            .field("forward", &self.forward)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Plan {
@@ -149,12 +182,29 @@ impl Plan {
     }
 }
 
-/// Where requests come from: small tasks a face starts (each ends with the supervisor's
-/// channel, or is aborted when this is dropped).
+/// Where a run's requests come from: small tasks a caller starts (each ends when the run is
+/// over, or is aborted when the last clone of this is dropped). Clones share one stream: a
+/// request sent before a run starts, or between two runs, is taken by the next one.
+#[derive(Clone)]
 pub struct Requests {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
     tx: mpsc::UnboundedSender<Request>,
-    rx: mpsc::UnboundedReceiver<Request>,
-    tasks: Vec<AbortHandle>,
+    rx: tokio::sync::Mutex<mpsc::UnboundedReceiver<Request>>,
+    tasks: std::sync::Mutex<Vec<AbortHandle>>,
+}
+
+/// Sends requests to a run (see [`Requests::feed`], [`Requests::sender`]).
+#[derive(Clone, Debug)]
+pub struct Sender(mpsc::UnboundedSender<Request>);
+
+impl Sender {
+    /// Sends `req`; false once nobody can receive it any more.
+    pub fn send(&self, req: Request) -> bool {
+        self.0.send(req).is_ok()
+    }
 }
 
 impl Default for Requests {
@@ -163,42 +213,62 @@ impl Default for Requests {
     }
 }
 
+impl std::fmt::Debug for Requests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Requests").finish_non_exhaustive()
+    }
+}
+
 impl Requests {
+    /// A stream with no source yet.
     pub fn new() -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         Requests {
-            tx,
-            rx,
-            tasks: Vec::new(),
+            inner: Arc::new(Inner {
+                tx,
+                rx: tokio::sync::Mutex::new(rx),
+                tasks: std::sync::Mutex::new(Vec::new()),
+            }),
         }
     }
 
-    /// Sends `req` once `event` resolves.
+    /// Sends `req` once `event` resolves (a task on the current tokio runtime).
     pub fn on(&mut self, event: impl Future<Output = ()> + Send + 'static, req: Request) {
-        let tx = self.tx.clone();
+        let tx = self.sender();
         self.spawn(async move {
             event.await;
-            let _ = tx.send(req);
+            tx.send(req);
         });
     }
 
-    /// Runs `feed` with a sender of its own (for a stream of requests: signals).
+    /// Runs `feed` with a sender of its own (for a stream of requests: signals), as a task on
+    /// the current tokio runtime.
     pub fn feed<F, Fut>(&mut self, feed: F)
     where
-        F: FnOnce(mpsc::UnboundedSender<Request>) -> Fut,
+        F: FnOnce(Sender) -> Fut,
         Fut: Future<Output = ()> + Send + 'static,
     {
-        let fut = feed(self.tx.clone());
+        let fut = feed(self.sender());
         self.spawn(fut);
     }
 
+    /// A sender into this stream.
+    pub fn sender(&self) -> Sender {
+        Sender(self.inner.tx.clone())
+    }
+
     fn spawn(&mut self, fut: impl Future<Output = ()> + Send + 'static) {
-        self.tasks.push(tokio::spawn(fut).abort_handle());
+        let task = tokio::spawn(fut).abort_handle();
+        self.inner
+            .tasks
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(task);
     }
 
     /// The next request; never resolves when none can come.
-    async fn next(&mut self) -> Request {
-        match self.rx.recv().await {
+    async fn next(&self) -> Request {
+        match self.inner.rx.lock().await.recv().await {
             Some(r) => r,
             // Unreachable while `tx` lives; kept total anyway.
             None => std::future::pending().await,
@@ -206,9 +276,9 @@ impl Requests {
     }
 }
 
-impl Drop for Requests {
+impl Drop for Inner {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()).iter() {
             t.abort();
         }
     }
@@ -228,28 +298,31 @@ enum Phase {
     Stopped(StopReason),
 }
 
-/// What one [`Supervisor::step`] came to.
+/// What one step of a run's supervision came to ([`crate::Child::step`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Step {
     /// The leader exited by itself (its linger, if any, is the next step).
     LeaderExited,
-    /// The run is to stop, for this reason: nothing is stopped yet (see [`Supervisor::stop`]).
+    /// The run is to stop, for this reason: nothing is stopped yet ([`crate::Child::wait`]
+    /// stops it).
     Stop(StopReason),
 }
 
 /// Drives one run from its start to its [`Outcome`] by a [`Plan`].
-pub struct Supervisor<'r> {
-    run: Run,
+pub(crate) struct Supervisor {
+    pub(crate) run: Run,
     plan: Plan,
-    requests: &'r mut Requests,
+    requests: Requests,
     phase: Phase,
     timeout_at: Option<Instant>,
     received: Option<Signal>,
+    /// A [`Request::Kill`] came: the stop is SIGKILL to the tree, now.
+    kill: bool,
 }
 
-impl<'r> Supervisor<'r> {
+impl Supervisor {
     /// Starts supervising: the timeout counts from now.
-    pub fn new(run: Run, plan: Plan, requests: &'r mut Requests) -> Self {
+    pub fn new(run: Run, plan: Plan, requests: Requests) -> Self {
         let timeout_at = plan.timeout.and_then(|d| Instant::now().checked_add(d));
         Supervisor {
             run,
@@ -258,6 +331,7 @@ impl<'r> Supervisor<'r> {
             phase: Phase::Running,
             timeout_at,
             received: None,
+            kill: false,
         }
     }
 
@@ -378,6 +452,10 @@ impl<'r> Supervisor<'r> {
                 self.decide(StopReason::Signal)
             }
             Request::Cancel => self.decide(StopReason::Cancel),
+            Request::Kill => {
+                self.kill = true;
+                self.decide(StopReason::Cancel)
+            }
             Request::ParentDied => self.decide(StopReason::ParentDied),
             Request::StdinEof => match (self.phase, self.plan.stdin_eof) {
                 (Phase::Running, Some(allowance)) => {
@@ -449,11 +527,14 @@ impl<'r> Supervisor<'r> {
             },
             _ => plan.stop,
         };
-        if let Escalation::AfterLeader {
+        if self.kill {
+            spec = StopSpec::KILL;
+        }
+        if let (false, Escalation::AfterLeader {
             kill_after,
             foreground,
             announce,
-        } = &plan.escalation
+        }) = (self.kill, &plan.escalation)
         {
             if matches!(reason, StopReason::Timeout | StopReason::Signal) {
                 let (end, timed_out) = self
@@ -485,24 +566,22 @@ impl<'r> Supervisor<'r> {
                 };
             }
         }
-        let requests = &mut *self.requests;
+        let requests = &self.requests;
         let forward = &plan.forward;
         let cut = plan.cut_short;
+        // A kill asked for during the grace ends it whatever the plan says.
         let cut_short = async move {
-            match cut {
-                CutShort::BySignal => loop {
-                    if let Request::Signal(s) = requests.next().await {
-                        if !forward.contains(&s) {
-                            break;
-                        }
+            loop {
+                match (cut, requests.next().await) {
+                    (_, Request::Kill) => break,
+                    (CutShort::BySignal, Request::Signal(s)) if !forward.contains(&s) => break,
+                    // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
+                    // shutdown's own (short) grace is not cut.
+                    (CutShort::ByShutdown, Request::Shutdown) if reason != StopReason::Shutdown => {
+                        break
                     }
-                },
-                // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
-                // shutdown's own (short) grace is not cut.
-                CutShort::ByShutdown if reason != StopReason::Shutdown => {
-                    while requests.next().await != Request::Shutdown {}
+                    _ => {}
                 }
-                _ => std::future::pending().await,
             }
         };
         match (spec.to, spec.first) {
@@ -579,6 +658,7 @@ impl<'r> Supervisor<'r> {
                             sig = Some(s);
                             break;
                         }
+                        Request::Kill => return (PhaseEnd::KillAfter, timed_out),
                         _ => {}
                     },
                 }

@@ -2,7 +2,8 @@
 
 use serde::Serialize;
 
-use reaper_platform::{signal, ExitStatus, Signal};
+pub use reaper_platform::ExitStatus;
+use reaper_platform::{signal, Signal};
 
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

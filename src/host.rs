@@ -1,4 +1,6 @@
-//! `reaper doctor`: which containment works on this machine, and why.
+//! What containment works on this machine, and why: the findings `reaper doctor` prints, made
+//! by trying (a run cgroup really created and removed, a leader really started in the sandbox,
+//! which tries each route out of its cgroup).
 
 use serde::Serialize;
 
@@ -7,25 +9,7 @@ use crate::containment::{select, BackendKind};
 #[cfg(target_os = "linux")]
 use crate::containment::setup;
 #[cfg(target_os = "linux")]
-use crate::containment::Containment;
-
-#[derive(Debug, clap::Args)]
-pub struct DoctorArgs {
-    /// Print the findings as one JSON document on stdout.
-    #[arg(long)]
-    pub json: bool,
-
-    /// As for `reaper run`: under systemd, whether to ask for a delegated scope (doctor really
-    /// asks, as a run would, and the scope ends when doctor exits).
-    #[arg(
-        long,
-        value_enum,
-        env = "REAPER_DELEGATE",
-        default_value = "auto",
-        value_name = "WHEN"
-    )]
-    pub delegate: crate::containment::select::DelegateMode,
-}
+use crate::containment::Backend;
 
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
@@ -124,7 +108,12 @@ pub struct Container {
 }
 
 #[cfg(target_os = "linux")]
-pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
+///
+/// Under systemd it asks for a delegated scope as a run would (the scope ends when this process
+/// exits). `guardian`: the one to tell about the probe's cgroup, so that a process killed
+/// during the probe leaves none (as a run's would). Call it outside any tokio runtime: it makes
+/// its own for the delegation.
+pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian>) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -148,8 +137,11 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
             .push(format!("the pgid backend has no process table here: {e}")),
     }
     // As a run would: under systemd, first a delegated scope of reaper's own.
-    let delegation = crate::cli::runtime().map(|rt| {
-        rt.block_on(crate::containment::delegate::ensure(delegate))
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build();
+    let delegation = runtime.map(|rt| {
+        rt.block_on(crate::containment::delegate::ensure(delegation))
             .clone()
     });
     let refused = match delegation {
@@ -174,16 +166,15 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
             r.controllers = own.controllers().unwrap_or_default();
             r.subtree_control = own.subtree_control().unwrap_or_default();
             let placement = match refused {
-                Some(why) => Err(crate::containment::Error::new(why)),
+                Some(why) => Err(crate::ContainError::new(
+                    crate::ContainErrorKind::NotDelegated,
+                    why,
+                )),
                 None => env.placement(None),
             };
             if let Ok(p) = &placement {
                 limit_controllers(&mut r, &env, p);
             }
-            // A guardian, as a run has one: SIGKILLed during the probe, doctor leaves no cgroup.
-            let guardian = crate::guardian::Guardian::spawn()
-                .inspect_err(|e| tracing::debug!("no guardian for the probe: {e}"))
-                .ok();
             let created = placement.and_then(|p| {
                 if let Some(g) = &guardian {
                     g.watch_dir(&p.dir);
@@ -211,9 +202,6 @@ pub fn probe(delegate: crate::containment::select::DelegateMode) -> Report {
                 }
                 // doctor is what the hint would send the user to: the message without it.
                 Err(e) => r.cgroup_error = Some(e.what().to_owned()),
-            }
-            if let Some(g) = &guardian {
-                g.done();
             }
         }
     }
@@ -296,18 +284,110 @@ const SANDBOX_PARTS: &[&str] = &[
     "PID namespace",
 ];
 
-/// The routes out of a run's cgroup that `reaper sandbox-probe` tries, as it names them, and
-/// how doctor names them.
+/// The routes out of a run's cgroup that the sandbox's self-check tries, and why each is
+/// closed when it is.
 #[cfg(target_os = "linux")]
-const ROUTES: &[(&str, &str)] = &[
-    ("cgroup.procs", "a write to the cgroup2 root's cgroup.procs"),
-    ("clone3", "clone3(CLONE_INTO_CGROUP) into the cgroup2 root"),
+const ROUTES: [(&str, &str); 4] = [
+    ("a write to the cgroup2 root's cgroup.procs", "read-only mount"),
+    ("clone3(CLONE_INTO_CGROUP) into the cgroup2 root", "seccomp"),
     (
-        "cgroupns",
         "a new cgroup namespace (for a writable cgroup2 mount)",
+        "seccomp",
     ),
-    ("proc-root", "/proc/PID/root of a process outside the run"),
+    (
+        "/proc/PID/root of a process outside the run",
+        "a user namespace of its own",
+    ),
 ];
+
+/// What the self-check writes: each route's errno (0: it worked), then its user namespace's
+/// inode.
+#[cfg(target_os = "linux")]
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Verdicts {
+    errno: [i32; 4],
+    userns: u64,
+}
+
+/// The self-check a leader in the sandbox runs instead of a program: tries each of [`ROUTES`]
+/// and writes [`Verdicts`] to its stdout. Between clone and exec: system calls on strings made
+/// before, no allocation. A route that works does no harm: the `cgroup.procs` is opened, never
+/// written; the clone3 child exits at once; the new cgroup namespace is the check's alone.
+#[cfg(target_os = "linux")]
+struct SelfCheck {
+    procs: std::ffi::CString,
+    root: std::ffi::CString,
+    outside_root: std::ffi::CString,
+}
+
+#[cfg(target_os = "linux")]
+impl SelfCheck {
+    fn new(cg2: &str) -> Option<SelfCheck> {
+        let c = |s: String| std::ffi::CString::new(s).ok();
+        Some(SelfCheck {
+            procs: c(format!("{cg2}/cgroup.procs"))?,
+            root: c(cg2.to_owned())?,
+            // This process, outside the sandbox.
+            outside_root: c(format!("/proc/{}/root/", std::process::id()))?,
+        })
+    }
+
+    fn run(&self) -> i32 {
+        let errno = || {
+            std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        };
+        let mut v = Verdicts::default();
+        // SAFETY: open(2), close(2), unshare(2), stat(2) and write(2) on C strings built before
+        // the clone and on locals; nothing allocates.
+        unsafe {
+            let open = |path: &std::ffi::CString, flags| {
+                let fd = libc::open(path.as_ptr(), flags | libc::O_CLOEXEC);
+                if fd < 0 {
+                    errno()
+                } else {
+                    libc::close(fd);
+                    0
+                }
+            };
+            v.errno[0] = open(&self.procs, libc::O_WRONLY);
+            let dir = libc::open(
+                self.root.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            );
+            v.errno[1] = if dir < 0 {
+                errno()
+            } else {
+                let r = reaper_platform::linux::spawn::try_clone_into(
+                    std::os::fd::BorrowedFd::borrow_raw(dir),
+                );
+                libc::close(dir);
+                match r {
+                    Ok(()) => 0,
+                    Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                }
+            };
+            v.errno[2] = if libc::unshare(libc::CLONE_NEWCGROUP) == 0 {
+                0
+            } else {
+                errno()
+            };
+            v.errno[3] = open(&self.outside_root, libc::O_RDONLY | libc::O_DIRECTORY);
+            let mut st: libc::stat = std::mem::zeroed();
+            if libc::stat(c"/proc/self/ns/user".as_ptr(), &mut st) == 0 {
+                v.userns = st.st_ino;
+            }
+            let bytes = std::slice::from_raw_parts(
+                (&v as *const Verdicts).cast::<u8>(),
+                std::mem::size_of::<Verdicts>(),
+            );
+            libc::write(1, bytes.as_ptr().cast(), bytes.len());
+        }
+        0
+    }
+}
 
 /// Starts a leader in the whole sandbox, then in the sandbox with a PID namespace, and says
 /// which part the kernel refused; the first one tries every route out from inside.
@@ -328,15 +408,16 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
     let pid_part = SANDBOX_PARTS.len() - 1;
     let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
     let mut r = SandboxReport::default();
-    let me = std::process::id().to_string();
-    let userns = std::fs::read_link("/proc/self/ns/user")
-        .map(|l| l.display().to_string())
-        .unwrap_or_default();
-    match probe_sandbox(cgroup, false, &["sandbox-probe", cg2, &me, &userns]) {
+    let Some(check) = SelfCheck::new(cg2) else {
+        status[0] = "no: a NUL byte in the cgroup2 mount's path".into();
+        r.parts = parts(status);
+        return r;
+    };
+    match probe_sandbox(cgroup, false, &|| check.run()) {
         Ok(out) => {
             r.available = true;
             status[..pid_part].fill("yes".into());
-            r.routes = routes(&String::from_utf8_lossy(&out));
+            r.routes = routes(&out);
         }
         Err(ProbeError::Sandbox(e)) => {
             let k = part_of(e.step);
@@ -350,7 +431,7 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
         Err(ProbeError::Other(m)) => status[0] = format!("no: {m}"),
     }
     if r.available {
-        match probe_sandbox(cgroup, true, &["--version"]) {
+        match probe_sandbox(cgroup, true, &|| 0) {
             Ok(_) => {
                 r.pid_available = true;
                 status[pid_part] = "yes".into();
@@ -362,88 +443,68 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
             Err(ProbeError::Other(m)) => status[pid_part] = format!("no: {m}"),
         }
     }
-    r.parts = SANDBOX_PARTS
-        .iter()
-        .zip(status)
-        .map(|(&part, status)| SandboxPart { part, status })
-        .collect();
+    r.parts = parts(status);
     r
 }
 
-/// The probe's `ROUTE\tRESULT` lines as routes; a route it did not report is not closed.
 #[cfg(target_os = "linux")]
-fn routes(out: &str) -> Vec<SandboxRoute> {
-    ROUTES
+fn parts(status: Vec<String>) -> Vec<SandboxPart> {
+    SANDBOX_PARTS
         .iter()
-        .map(|&(name, route)| {
-            let result = out
-                .lines()
-                .find_map(|l| l.strip_prefix(name)?.strip_prefix('\t'))
-                .unwrap_or("OPEN (the probe did not say)");
-            let closed = result.starts_with("closed");
-            SandboxRoute {
-                route,
-                closed,
-                status: result.to_owned(),
-            }
-        })
+        .zip(status)
+        .map(|(&part, status)| SandboxPart { part, status })
         .collect()
 }
 
-/// `reaper sandbox-probe CG2 OUTSIDE_PID HOST_USERNS`, which doctor starts inside a sandbox:
-/// tries each way out of the run's cgroup and prints one `ROUTE\tRESULT` line for each. A
-/// route that works does no harm: the cgroup.procs file is opened, never written; the clone3
-/// child exits at once; a new cgroup namespace is this probe's alone.
+/// The self-check's verdicts as routes; a route it did not report is not closed.
 #[cfg(target_os = "linux")]
-pub fn sandbox_probe(cg2: &std::path::Path, outside: i32, host_userns: &str) -> u8 {
-    use rustix::fs::{Mode, OFlags};
-    let verdict = |r: std::io::Result<()>, because: &str| match r {
-        Ok(()) => "OPEN".to_owned(),
-        Err(e) => format!(
-            "closed ({because}: {})",
-            reaper_platform::errno::strerror(&e)
-        ),
-    };
-    let procs = rustix::fs::open(
-        cg2.join("cgroup.procs"),
-        OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map(drop)
-    .map_err(std::io::Error::from);
-    out!("cgroup.procs\t{}", verdict(procs, "read-only mount"));
-    let clone3 = rustix::fs::open(
-        cg2,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(std::io::Error::from)
-    .and_then(|dir| reaper_platform::linux::spawn::try_clone_into(std::os::fd::AsFd::as_fd(&dir)));
-    out!("clone3\t{}", verdict(clone3, "seccomp"));
-    // SAFETY: unshare(2) with a flag word changes only this process's namespaces; the probe
-    // exits right after its checks.
-    let cgroupns = match unsafe { libc::unshare(libc::CLONE_NEWCGROUP) } {
-        0 => Ok(()),
-        _ => Err(std::io::Error::last_os_error()),
-    };
-    out!("cgroupns\t{}", verdict(cgroupns, "seccomp"));
-    let own_userns = std::fs::read_link("/proc/self/ns/user")
-        .map(|l| l.display().to_string())
-        .unwrap_or_default();
-    let root = rustix::fs::open(
-        format!("/proc/{outside}/root/"),
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map(drop)
-    .map_err(std::io::Error::from);
-    let because = if own_userns != host_userns {
-        "a user namespace of its own"
-    } else {
-        "capabilities"
-    };
-    out!("proc-root\t{}", verdict(root, because));
-    0
+fn routes(out: &[u8]) -> Vec<SandboxRoute> {
+    let mut v = Verdicts::default();
+    let size = std::mem::size_of::<Verdicts>();
+    let whole = out.len() == size;
+    if whole {
+        // SAFETY: exactly `size` bytes, written by the check from a `Verdicts` of this same
+        // build; every bit pattern is a valid `Verdicts` (integers only).
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                out.as_ptr(),
+                (&mut v as *mut Verdicts).cast::<u8>(),
+                size,
+            );
+        }
+    }
+    let own_userns = std::fs::metadata("/proc/self/ns/user").map_or(0, |m| {
+        use std::os::unix::fs::MetadataExt;
+        m.ino()
+    });
+    ROUTES
+        .iter()
+        .zip(v.errno)
+        .enumerate()
+        .map(|(i, (&(route, because), errno))| {
+            let status = if !whole {
+                "OPEN (the self-check did not say)".to_owned()
+            } else if errno == 0 {
+                "OPEN".to_owned()
+            } else {
+                // The last route is closed by the user namespace only if there is one.
+                let because = if i == 3 && v.userns == own_userns {
+                    "capabilities"
+                } else {
+                    because
+                };
+                format!(
+                    "closed ({because}: {})",
+                    reaper_platform::errno::strerror(&std::io::Error::from_raw_os_error(errno))
+                )
+            };
+            SandboxRoute {
+                route,
+                closed: status.starts_with("closed"),
+                status,
+            }
+        })
+        .collect()
 }
 
 /// Signs of a container, what containment they leave, and what the user can change.
@@ -527,7 +588,7 @@ fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placemen
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
 /// `/bin/ps` can list the processes.
 #[cfg(not(target_os = "linux"))]
-pub fn probe(_delegate: crate::containment::select::DelegateMode) -> Report {
+pub fn diagnose(_delegation: crate::Delegation, _guardian: Option<&crate::Guardian>) -> Report {
     let mut r = Report {
         kernel: kernel(),
         cgroup_mode: "none",
@@ -594,228 +655,4 @@ fn kernel() -> String {
         u.sysname().to_string_lossy(),
         u.release().to_string_lossy()
     )
-}
-
-pub fn main(args: DoctorArgs) -> u8 {
-    let r = probe(args.delegate);
-    if args.json {
-        match serde_json::to_string_pretty(&r) {
-            Ok(s) => out!("{s}"),
-            Err(e) => {
-                say!("reaper: {e}");
-                return 125;
-            }
-        }
-    } else {
-        out!("{}", human(&r).trim_end());
-    }
-    if r.auto_backend == "none" {
-        1
-    } else {
-        0
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn human(r: &Report) -> String {
-    let mut s = String::new();
-    let mut line = |k: &str, v: &str| s.push_str(&format!("{k:<18} {v}\n"));
-    line("kernel", &r.kernel);
-    line(
-        "pgid",
-        &match (&r.pgid_table, r.pgid) {
-            (Some(t), true) => format!("yes (process table from {t})"),
-            _ => "no".to_owned(),
-        },
-    );
-    line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
-    if let Some(l) = &r.limits {
-        line("limits", l);
-    }
-    for h in &r.hints {
-        s.push_str(&format!("hint: {h}\n"));
-    }
-    s
-}
-
-#[cfg(target_os = "linux")]
-fn human(r: &Report) -> String {
-    let yes = |b: bool| if b { "yes" } else { "no" };
-    let mut s = String::new();
-    let mut line = |k: &str, v: &str| s.push_str(&format!("{k:<18} {v}\n"));
-    line("kernel", &r.kernel);
-    line("cgroup mode", r.cgroup_mode);
-    line("cgroup2 mount", r.cgroup2_mount.as_deref().unwrap_or("-"));
-    line("own cgroup", r.own_cgroup.as_deref().unwrap_or("-"));
-    if let Some(d) = &r.delegation {
-        line("delegation", d);
-    }
-    line(
-        "controllers",
-        &if r.controllers.is_empty() {
-            "(none)".to_owned()
-        } else {
-            r.controllers.join(" ")
-        },
-    );
-    line(
-        "subtree_control",
-        &if r.subtree_control.is_empty() {
-            "(none)".to_owned()
-        } else {
-            r.subtree_control.join(" ")
-        },
-    );
-    let usable = if r.limit_controllers.is_empty() {
-        "(none)".to_owned()
-    } else {
-        r.limit_controllers.join(" ")
-    };
-    match &r.limits_error {
-        Some(e) => line("limits", &format!("{usable}; {e}")),
-        None => line("limits", &usable),
-    }
-    let writable = match &r.cgroup_error {
-        Some(e) if !r.cgroup_writable => format!("no: {e}"),
-        _ => yes(r.cgroup_writable).to_owned(),
-    };
-    line("run cgroup", &writable);
-    line("cgroup.kill", yes(r.cgroup_kill));
-    line("clone3 into cgroup", yes(r.clone_into_cgroup));
-    line("pidfd", yes(r.pidfd));
-    line("subreaper", yes(r.subreaper));
-    line(
-        "pgid",
-        &match &r.pgid_table {
-            Some(t) => format!("{} (process table from {t})", yes(r.pgid)),
-            None => "no".to_owned(),
-        },
-    );
-    line("container", &describe_container(&r.container));
-    line(
-        "sandbox",
-        &format!(
-            "{}; {}",
-            if r.sandbox.pid_available {
-                "--sandbox and --sandbox=pid work"
-            } else if r.sandbox.available {
-                "--sandbox works, --sandbox=pid does not"
-            } else {
-                "--sandbox is impossible here"
-            },
-            r.sandbox
-                .parts
-                .iter()
-                .map(|p| format!("{}: {}", p.part, p.status))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    );
-    if !r.sandbox.routes.is_empty() {
-        let open = r.sandbox.routes.iter().filter(|x| !x.closed).count();
-        line(
-            "sandbox routes",
-            &format!(
-                "{}: {}",
-                if open == 0 {
-                    "every route out of the run's cgroup is closed".to_owned()
-                } else {
-                    format!("{open} route(s) out of the run's cgroup OPEN")
-                },
-                r.sandbox
-                    .routes
-                    .iter()
-                    .map(|x| format!("{}: {}", x.route, x.status))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        );
-    }
-    line(
-        "nsdelegate",
-        if r.sandbox.nsdelegate {
-            "yes (the kernel also refuses a move across a cgroup namespace's root)"
-        } else {
-            "no (the cgroup namespace alone would not stop a move; the sandbox does not rely on it)"
-        },
-    );
-    line(
-        "unprivileged userns",
-        match r.sandbox.unprivileged_user_namespaces {
-            Some(true) => {
-                "yes (a sandboxed command may make one; the cgroup fs stays locked read-only in it)"
-            }
-            Some(false) => "no",
-            None => "unknown",
-        },
-    );
-    line("auto backend", &format!("{}: {}", r.auto_backend, r.why));
-    if let Some(w) = &r.without_cgroup {
-        line("without cgroup", w);
-    }
-    for h in &r.hints {
-        s.push_str(&format!("hint: {h}\n"));
-    }
-    s
-}
-
-/// One line: what of a container reaper sees.
-#[cfg(target_os = "linux")]
-fn describe_container(c: &Container) -> String {
-    let mut signs = Vec::new();
-    if c.pid1 {
-        signs.push("PID 1 of its PID namespace (the namespace contains the tree)");
-    } else if c.pid_namespace {
-        signs.push("in a PID namespace");
-    }
-    if c.cgroup_namespace {
-        signs.push("in a cgroup namespace");
-    }
-    if c.cgroupfs_read_only {
-        signs.push("cgroup file system read-only");
-    }
-    if signs.is_empty() {
-        "none seen (the machine's own PID and cgroup namespaces)".into()
-    } else {
-        signs.join("; ")
-    }
-}
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn without_a_cgroup_the_choice_is_explained() {
-        let r = Report {
-            auto_backend: "subreaper",
-            why: "no run cgroup: not writable".into(),
-            subreaper: true,
-            pidfd: true,
-            pgid: true,
-            pgid_table: Some("/proc".into()),
-            without_cgroup: Some(without_cgroup(true)),
-            ..Default::default()
-        };
-        let text = human(&r);
-        assert!(
-            text.contains("pgid               yes (process table from /proc)"),
-            "{text}"
-        );
-        let line = text
-            .lines()
-            .find(|l| l.starts_with("without cgroup"))
-            .unwrap_or_else(|| panic!("no 'without cgroup' line: {text}"));
-        for want in [
-            "subreaper",
-            "--containment pgid",
-            "--poll",
-            "setsid()",
-            "one at a time",
-        ] {
-            assert!(line.contains(want), "{want} missing: {line}");
-        }
-        // Without a usable process table only the subreaper half is said.
-        assert!(!without_cgroup(false).contains("pgid"));
-    }
 }

@@ -7,10 +7,10 @@ use std::time::Duration;
 use reaper_platform::{ExitStatus, Signal};
 
 use super::parse::{self, SigSpec};
-use crate::containment::select::{ContainOpts, DelegateMode, Requested, SandboxMode};
-use crate::guardian::Guardian;
-use crate::run::supervise::{CutShort, Escalation};
-use crate::run::{
+use reaper::containment::select::{ContainOpts, DelegateMode, Requested, SandboxMode};
+use reaper::guardian::Guardian;
+use reaper::run::supervise::{CutShort, Escalation};
+use reaper::run::{
     EventSink, Io, LeaderCommand, Outcome, Plan, Request, Requests, Run, Step, StopReason,
     StopSpec, Supervisor, Target,
 };
@@ -223,8 +223,8 @@ pub struct LimitArgs {
 }
 
 impl LimitArgs {
-    pub fn limits(&self) -> crate::containment::limits::Limits {
-        crate::containment::limits::Limits {
+    pub fn limits(&self) -> reaper::containment::limits::Limits {
+        reaper::containment::limits::Limits {
             memory_max: self.memory_max,
             pids_max: self.pids_max,
             cpus: self.cpus,

@@ -1,0 +1,368 @@
+//! [`Command`]: what to run and how to contain it, built like `std::process::Command`.
+
+use std::ffi::{OsStr, OsString};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::supervise::{Plan, Requests, StopSpec, Target};
+use crate::{Child, Error, EventSink, Guardian, Limits, Signal};
+
+/// A command to run contained: the program, its arguments, environment, working directory and
+/// standard streams (as [`std::process::Command`] has them), how to contain its tree
+/// ([`Containment`], [`Limits`], [`Sandbox`]), and how to stop it (the stop signal, the grace,
+/// a timeout: a [`Plan`]).
+///
+/// ```no_run
+/// # async fn example() -> Result<(), reaper::Error> {
+/// let mut child = reaper::Command::new("sh")
+///     .arg("-c")
+///     .arg("setsid sleep 600 & exec sleep 600")
+///     .timeout(std::time::Duration::from_secs(2))
+///     .spawn()
+///     .await?;
+/// let outcome = child.wait().await;
+/// assert_eq!(outcome.stop_reason, reaper::StopReason::Timeout);
+/// assert!(outcome.survivors.is_empty());
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct Command {
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    /// Changes to this process's environment, in order: `Some` sets, `None` removes.
+    pub(crate) env: Vec<(OsString, Option<OsString>)>,
+    pub(crate) env_clear: bool,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) stdio: [Stdio; 3],
+    pub(crate) terminal: bool,
+    pub(crate) options: Options,
+    pub(crate) plan: Plan,
+    pub(crate) requests: Option<Requests>,
+    pub(crate) events: EventSink,
+}
+
+/// Where one of the leader's standard streams goes.
+#[derive(Debug, Default)]
+pub enum Stdio {
+    /// This process's own.
+    #[default]
+    Inherit,
+    /// `/dev/null`.
+    Null,
+    /// A pipe whose other end is the [`Child`]'s `stdin`, `stdout` or `stderr`.
+    Piped,
+    /// This file descriptor.
+    Fd(OwnedFd),
+}
+
+impl From<OwnedFd> for Stdio {
+    fn from(fd: OwnedFd) -> Stdio {
+        Stdio::Fd(fd)
+    }
+}
+
+impl From<std::fs::File> for Stdio {
+    fn from(f: std::fs::File) -> Stdio {
+        Stdio::Fd(f.into())
+    }
+}
+
+/// Which containment a run asks for. What each does *not* contain is said at each variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Containment {
+    /// `Cgroup` when a run cgroup can be made here, else `Subreaper` (Linux); `Pgid` on macOS.
+    /// With [`Limits`] it never falls back: a limit needs the cgroup.
+    #[default]
+    Auto,
+    /// A cgroup v2 of the run's own: the kernel holds every descendant, whatever it does with
+    /// `setsid`, and `cgroup.kill` kills them all at once, even a fork storm. Does not contain:
+    /// a process that leaves the cgroup (root can, and a user below a cgroup they own) once no
+    /// look saw it — use [`Sandbox`] where the command is not trusted with that.
+    Cgroup,
+    /// This process as child subreaper: orphans of the tree come back to it. Does not contain:
+    /// the tree if this process is SIGKILLed (there is no kernel object to name it by); and it
+    /// holds this process's whole subtree as one, so only with [`crate::own_every_child`].
+    Subreaper,
+    /// The leader's process group, and every group and session the tree was seen in, by polling
+    /// the process table. Does not contain: a process that double-forks and calls `setsid()`
+    /// between two looks (see `poll`), nor anything once this process is SIGKILLed.
+    Pgid,
+}
+
+/// `--sandbox`: a tree that cannot leave its cgroup, even as root (Linux, cgroup backend).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sandbox {
+    /// User, mount and cgroup namespaces of the run's own, the cgroup file system read-only,
+    /// no new privileges, the capabilities that reach outside dropped, a seccomp filter (no
+    /// `clone3`, no new cgroup namespace), a session of its own.
+    On,
+    /// The same, and a PID namespace with its own `/proc`, the leader its PID 1: the tree sees
+    /// and signals nothing outside it.
+    Pid,
+}
+
+/// Under systemd, whether reaper first asks the service manager for a delegated scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Delegation {
+    /// Under systemd, move this process into a scope of its own with `Delegate=yes` unless it
+    /// is in a delegated unit already (a normal user's session cgroup is not theirs to write).
+    #[default]
+    Auto,
+    /// Never ask systemd; create run cgroups where this process is.
+    Never,
+}
+
+/// How a run is contained, as [`Command`]'s setters leave it.
+#[derive(Debug, Clone)]
+pub(crate) struct Options {
+    pub containment: Containment,
+    pub cgroup_parent: Option<PathBuf>,
+    pub poll: Duration,
+    pub guardian: Option<Arc<Guardian>>,
+    pub delegation: Delegation,
+    pub limits: Limits,
+    pub sandbox: Option<Sandbox>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            containment: Containment::Auto,
+            cgroup_parent: None,
+            poll: Duration::from_millis(50),
+            guardian: None,
+            delegation: Delegation::Auto,
+            limits: Limits::default(),
+            sandbox: None,
+        }
+    }
+}
+
+/// The grace a [`Command`] gets unless told otherwise, as `reaper run`'s `--grace`.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(2);
+
+impl Command {
+    /// A command running `program` (looked up in `PATH` as `execvp(3)` does), with this
+    /// process's environment, working directory and standard streams, contained by
+    /// [`Containment::Auto`]; stopped by SIGTERM to every process of its tree, then SIGKILL after
+    /// [`DEFAULT_GRACE`]; no timeout.
+    pub fn new(program: impl AsRef<OsStr>) -> Self {
+        let stop = StopSpec {
+            first: Some(Signal::TERM),
+            to: Target::Tree,
+            grace: DEFAULT_GRACE,
+        };
+        Command {
+            program: program.as_ref().to_owned(),
+            args: Vec::new(),
+            env: Vec::new(),
+            env_clear: false,
+            cwd: None,
+            stdio: Default::default(),
+            terminal: false,
+            options: Options::default(),
+            plan: Plan {
+                leftovers: stop,
+                ..Plan::new(stop)
+            },
+            requests: None,
+            events: EventSink::none(),
+        }
+    }
+
+    /// Adds an argument.
+    pub fn arg(&mut self, arg: impl AsRef<OsStr>) -> &mut Self {
+        self.args.push(arg.as_ref().to_owned());
+        self
+    }
+
+    /// Adds arguments.
+    pub fn args<I, S>(&mut self, args: I) -> &mut Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.args
+            .extend(args.into_iter().map(|a| a.as_ref().to_owned()));
+        self
+    }
+
+    /// Sets an environment variable for the command.
+    pub fn env(&mut self, key: impl AsRef<OsStr>, value: impl AsRef<OsStr>) -> &mut Self {
+        self.env
+            .push((key.as_ref().to_owned(), Some(value.as_ref().to_owned())));
+        self
+    }
+
+    /// Sets environment variables for the command.
+    pub fn envs<I, K, V>(&mut self, vars: I) -> &mut Self
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        for (k, v) in vars {
+            self.env(k, v);
+        }
+        self
+    }
+
+    /// Removes an environment variable from the command's environment.
+    pub fn env_remove(&mut self, key: impl AsRef<OsStr>) -> &mut Self {
+        self.env.push((key.as_ref().to_owned(), None));
+        self
+    }
+
+    /// Starts the command's environment empty instead of with this process's.
+    pub fn env_clear(&mut self) -> &mut Self {
+        self.env_clear = true;
+        self.env.clear();
+        self
+    }
+
+    /// Runs the command in `dir`.
+    pub fn current_dir(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.cwd = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// The command's standard input.
+    pub fn stdin(&mut self, io: impl Into<Stdio>) -> &mut Self {
+        self.stdio[0] = io.into();
+        self
+    }
+
+    /// The command's standard output.
+    pub fn stdout(&mut self, io: impl Into<Stdio>) -> &mut Self {
+        self.stdio[1] = io.into();
+        self
+    }
+
+    /// The command's standard error.
+    pub fn stderr(&mut self, io: impl Into<Stdio>) -> &mut Self {
+        self.stdio[2] = io.into();
+        self
+    }
+
+    /// Lets the command use this process's controlling terminal as a foreground job does: when
+    /// this process is in the terminal's foreground and its stdout is not a pipe, the leader's
+    /// process group gets the terminal (reads work, Ctrl-C goes to the command), and gets it
+    /// back when the leader exits. Off by default: a program that reads the terminal itself
+    /// would be stopped by SIGTTIN while the leader holds it. Not under a [`Sandbox`], whose
+    /// leader has a session of its own.
+    pub fn foreground(&mut self, on: bool) -> &mut Self {
+        self.terminal = on;
+        self
+    }
+
+    /// How to contain the tree.
+    pub fn containment(&mut self, c: Containment) -> &mut Self {
+        self.options.containment = c;
+        self
+    }
+
+    /// Creates the run's cgroup under this cgroup (a directory under the cgroup2 mount, or a
+    /// path relative to it) instead of this process's own.
+    pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.options.cgroup_parent = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// [`Containment::Pgid`]: the slowest interval between two looks at the process table.
+    pub fn poll(&mut self, every: Duration) -> &mut Self {
+        self.options.poll = every;
+        self
+    }
+
+    /// Under systemd: whether to ask for a delegated scope first.
+    pub fn delegation(&mut self, d: Delegation) -> &mut Self {
+        self.options.delegation = d;
+        self
+    }
+
+    /// Resource limits for the whole tree (cgroup backend only: anything else refuses them).
+    pub fn limits(&mut self, limits: Limits) -> &mut Self {
+        self.options.limits = limits;
+        self
+    }
+
+    /// Starts the command in a sandbox it cannot undo (see [`Sandbox`]).
+    pub fn sandbox(&mut self, sandbox: Option<Sandbox>) -> &mut Self {
+        self.options.sandbox = sandbox;
+        self
+    }
+
+    /// A guardian that kills and removes the run's cgroup if this process is SIGKILLed (see
+    /// [`Guardian`]). Off by default.
+    pub fn guardian(&mut self, guardian: Arc<Guardian>) -> &mut Self {
+        self.options.guardian = Some(guardian);
+        self
+    }
+
+    /// Stops the whole tree after `timeout` from the spawn ([`crate::StopReason::Timeout`]).
+    pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.plan.timeout = Some(timeout);
+        self
+    }
+
+    /// How long the tree gets after the first stop signal before everything left is
+    /// SIGKILLed ([`DEFAULT_GRACE`] unless set).
+    pub fn grace(&mut self, grace: Duration) -> &mut Self {
+        self.plan.stop.grace = grace;
+        self.plan.leftovers.grace = grace;
+        self.plan.parent_death_grace = self.plan.parent_death_grace.min(grace);
+        self.plan.shutdown_grace = grace;
+        self
+    }
+
+    /// The first signal of a stop (SIGTERM unless set); `None` sends nothing, then SIGKILL
+    /// after the grace.
+    pub fn stop_signal(&mut self, sig: Option<Signal>) -> &mut Self {
+        self.plan.stop.first = sig;
+        self.plan.leftovers.first = sig;
+        self
+    }
+
+    /// How the run is supervised, all of it (replaces what [`Command::timeout`],
+    /// [`Command::grace`] and [`Command::stop_signal`] set).
+    pub fn plan(&mut self, plan: Plan) -> &mut Self {
+        self.plan = plan;
+        self
+    }
+
+    /// Where stop requests come from besides the [`Child`]'s own methods (signals to this
+    /// process, a client's cancel, …).
+    pub fn requests(&mut self, requests: Requests) -> &mut Self {
+        self.requests = Some(requests);
+        self
+    }
+
+    /// Where the run's lifecycle events go.
+    pub fn events(&mut self, sink: EventSink) -> &mut Self {
+        self.events = sink;
+        self
+    }
+
+    /// The program, as given.
+    pub fn get_program(&self) -> &OsStr {
+        &self.program
+    }
+
+    /// argv as text, for reports and messages.
+    pub fn argv_lossy(&self) -> Vec<String> {
+        std::iter::once(&self.program)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    /// Starts the command in fresh containment: the leader runs no code of its own outside it.
+    /// The standard streams set to [`Stdio::Piped`] are taken from this command (set them again
+    /// to spawn it once more); the rest can be spawned again as it is.
+    pub async fn spawn(&mut self) -> Result<Child, Error> {
+        crate::child::spawn(self).await
+    }
+}

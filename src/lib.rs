@@ -1,0 +1,101 @@
+//! Run a command so that nothing it starts outlives it.
+//!
+//! Tools that stop a command by its process group miss what matters: a grandchild that calls
+//! `setsid()` and ignores SIGTERM, a double-forked daemon, a native binary orphaned when its
+//! launcher was killed. reaper puts the command in a containment of its own — a cgroup v2 where
+//! there is one — watches its leader through a pidfd, and stops **the whole tree**: every
+//! process gets the stop signal, then the grace, then SIGKILL, atomically with `cgroup.kill`,
+//! even against a fork storm. **Dropping a [`Child`] kills the whole tree.**
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), reaper::Error> {
+//! use std::time::Duration;
+//!
+//! // A shell whose grandchild leaves its session and ignores SIGTERM.
+//! let mut child = reaper::Command::new("sh")
+//!     .arg("-c")
+//!     .arg("setsid sh -c 'trap \"\" TERM; sleep 600' & sleep 600")
+//!     .timeout(Duration::from_millis(300))
+//!     .grace(Duration::from_millis(200))
+//!     .spawn()
+//!     .await?;
+//! let outcome = child.wait().await;
+//! assert_eq!(outcome.stop_reason, reaper::StopReason::Timeout);
+//! assert!(outcome.killed >= 3, "the shell, its sleep, and the setsid'd grandchild's tree");
+//! assert!(outcome.survivors.is_empty());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What contains the tree
+//!
+//! [`Containment::Auto`] takes a cgroup of the run's own where this process may create one
+//! (root, a delegated cgroup, or a systemd scope reaper asks for), else the subreaper or the
+//! pgid backend: [`Containment`] says what each does not contain, and [`host::diagnose`] what
+//! works on this machine. [`Limits`] cap the tree's memory, processes and CPU; a [`Sandbox`]
+//! keeps even a root command from leaving its cgroup.
+//!
+//! # This process and its other children
+//!
+//! reaper reaps only what it started, and signals only processes it can prove are a run's
+//! (through a pidfd, the run's cgroup, or a process group the run created): your own
+//! `tokio::process` children are never touched. The subreaper backend, which makes this
+//! process a child subreaper and takes every orphan that comes back to it for the run's, is
+//! available only after [`own_every_child`], for a process that starts no other children (the
+//! `reaper` binary is one).
+//!
+//! # If this process is killed
+//!
+//! A SIGKILL of this process leaves its runs to the kernel: the cgroup backend's processes live
+//! on in their cgroup unless a [`Guardian`] (opt-in) kills and removes it.
+
+#![warn(missing_docs)]
+
+/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
+/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
+/// be torn down.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
+mod child;
+mod command;
+pub(crate) mod containment;
+mod error;
+mod event;
+#[cfg(target_os = "linux")]
+mod guardian;
+#[cfg(not(target_os = "linux"))]
+#[path = "no_guardian.rs"]
+mod guardian;
+pub mod host;
+mod outcome;
+mod process;
+mod run;
+pub mod supervise;
+
+pub use child::Child;
+pub use command::{Command, Containment, Delegation, Sandbox, Stdio, DEFAULT_GRACE};
+pub use containment::limits::{Limits, Usage};
+#[cfg(target_os = "linux")]
+pub use error::SandboxStep;
+pub use error::{ContainError, ContainErrorKind, Error, SandboxError};
+pub use event::{Event, EventSink};
+pub use guardian::Guardian;
+pub use outcome::{ExitStatus, Outcome, StopReason};
+pub use process::{BackendKind, Escapee, Process};
+pub use reaper_platform::Signal;
+
+/// Declares that every child of this process is reaper's to reap and contain: makes this
+/// process a child subreaper (orphans of a run come back to it, where the subreaper and pgid
+/// backends find them, and the cgroup backend finds a process that left its cgroup), and lets
+/// reaper reap any child it did not start. Needed for [`Containment::Subreaper`] (and `Auto`'s
+/// fallback to it). Call it only in a process that starts no children of its own besides its
+/// runs — the `reaper` binary, an init — since their exit statuses are then reaper's.
+pub fn own_every_child() -> std::io::Result<()> {
+    run::own_every_child()
+}
