@@ -43,6 +43,8 @@ if command -v script >/dev/null 2>&1; then require+=(script); fi
 if command -v python3 >/dev/null 2>&1; then require+=(python3); fi
 if command -v tini >/dev/null 2>&1; then require+=(tini); fi
 if [ "$(id -u)" = 0 ]; then require+=(root); fi
+# A cgroup v1 freezer hierarchy (hybrid hosts), where root may freeze a test's process.
+if [ "$(id -u)" = 0 ] && grep -qE ' - cgroup [^ ]+ ([^ ]*,)?freezer(,|$)' /proc/self/mountinfo; then require+=(freezer); fi
 if [ -x "${REAPER_REAL_CODEX:-$HOME/.cache/reaper-ci/codex/node_modules/.bin/codex}" ]; then require+=(codex); fi
 export REAPER_REQUIRE="${require[*]}"
 echo "required here: ${REAPER_REQUIRE:-(nothing)}"

@@ -37,6 +37,17 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// The cgroup v1 freezer's mount (hybrid and v1 hosts), when there is one.
+pub fn v1_freezer_mount() -> Option<PathBuf> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mi.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut f = post.split(' ');
+        (f.next()? == "cgroup" && f.nth(1)?.split(',').any(|o| o == "freezer"))
+            .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap_or("")))
+    })
+}
+
 /// Whether the cgroup backend can work here (asks `reaper doctor` once per test binary).
 pub fn cgroup_usable() -> bool {
     static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -68,6 +79,9 @@ pub enum Need {
     Program(&'static str),
     /// The real Codex CLI ([`real_codex`]).
     Codex,
+    /// A cgroup v1 freezer hierarchy and root to make a cgroup in it: a process it freezes
+    /// outlives SIGKILL until thawed.
+    Freezer,
 }
 
 /// The real Codex CLI: `$REAPER_REAL_CODEX`, else where ci/install-deps.sh puts it.
@@ -91,6 +105,7 @@ impl Need {
             Need::Root => "root",
             Need::Program(p) => p,
             Need::Codex => "codex",
+            Need::Freezer => "freezer",
         }
     }
 
@@ -120,6 +135,7 @@ impl Need {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Need::Freezer => rustix::process::geteuid().is_root() && v1_freezer_mount().is_some(),
             Need::Program(p) => Command::new(p)
                 .arg("--version")
                 .stdout(Stdio::null())
@@ -135,6 +151,7 @@ impl Need {
             Need::Root => "not running as root",
             Need::Program(_) => "the program is not installed (or `--version` fails)",
             Need::Codex => "the real Codex CLI is not installed (ci/install-deps.sh)",
+            Need::Freezer => "no cgroup v1 freezer hierarchy (pure cgroup v2), or not root",
         })
     }
 }
