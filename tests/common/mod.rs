@@ -37,6 +37,11 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// GNU coreutils' timeout, where Debian installs it.
+pub const GNU_TIMEOUT: &str = "/usr/bin/timeout";
+/// Where glibc's locale sources are (what localedef -i reads).
+pub const LOCALE_SOURCES: &str = "/usr/share/i18n/locales";
+
 /// The cgroup v1 freezer's mount (hybrid and v1 hosts), when there is one.
 pub fn v1_freezer_mount() -> Option<PathBuf> {
     let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
@@ -82,6 +87,11 @@ pub enum Need {
     /// A cgroup v1 freezer hierarchy and root to make a cgroup in it: a process it freezes
     /// outlives SIGKILL until thawed.
     Freezer,
+    /// GNU coreutils 9.1's timeout at /usr/bin/timeout (Debian 12's), the one reaper's face
+    /// follows.
+    GnuTimeout91,
+    /// localedef(1) and the glibc locale sources (Debian: `locales`), to build a locale.
+    LocaleSources,
 }
 
 /// The real Codex CLI: `$REAPER_REAL_CODEX`, else where ci/install-deps.sh puts it.
@@ -106,6 +116,8 @@ impl Need {
             Need::Program(p) => p,
             Need::Codex => "codex",
             Need::Freezer => "freezer",
+            Need::GnuTimeout91 => "gnu-timeout-9.1",
+            Need::LocaleSources => "locales",
         }
     }
 
@@ -136,6 +148,24 @@ impl Need {
                 .status()
                 .is_ok_and(|s| s.success()),
             Need::Freezer => rustix::process::geteuid().is_root() && v1_freezer_mount().is_some(),
+            Need::GnuTimeout91 => Command::new(GNU_TIMEOUT)
+                .arg("--version")
+                .env("LC_ALL", "C")
+                .output()
+                .is_ok_and(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l == "timeout (GNU coreutils) 9.1")
+                }),
+            Need::LocaleSources => {
+                Path::new(LOCALE_SOURCES).join("de_DE").exists()
+                    && Command::new("localedef")
+                        .arg("--version")
+                        .stdout(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+            }
             Need::Program(p) => Command::new(p)
                 .arg("--version")
                 .stdout(Stdio::null())
@@ -152,6 +182,8 @@ impl Need {
             Need::Program(_) => "the program is not installed (or `--version` fails)",
             Need::Codex => "the real Codex CLI is not installed (ci/install-deps.sh)",
             Need::Freezer => "no cgroup v1 freezer hierarchy (pure cgroup v2), or not root",
+            Need::GnuTimeout91 => "/usr/bin/timeout is not GNU coreutils 9.1's",
+            Need::LocaleSources => "no localedef or no locale sources (Debian package locales)",
         })
     }
 }
