@@ -5,16 +5,24 @@
 #   node/   the official MCP TypeScript SDK (`@modelcontextprotocol/sdk`)
 #   codex/  the real Codex CLI (`@openai/codex`, ~420 MB); optional: tests that need it say
 #           "skipped" when it is missing
+# Every step checks afterwards that what it installed is there and runs: a required one that is
+# not fails here, naming it; an optional one says `note:` or `warning:` and what is skipped.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 mkdir -p "$cache"
+fail() { echo "install-deps.sh: $*" >&2; exit 1; }
 
+# ci/test.sh runs both.
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+cargo fmt --version >/dev/null 2>&1 || fail "rustfmt is missing (rustup component add rustfmt)"
+cargo clippy --version >/dev/null 2>&1 || fail "clippy is missing (rustup component add clippy)"
 # For the macOS `cargo check` in ci/test.sh (which skips it without the target).
-if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
-  if ! out=$(timeout 300 rustup target add x86_64-apple-darwin 2>&1); then
-    echo "note: cannot add the x86_64-apple-darwin target, so the macOS check will be skipped: $(printf '%s' "$out" | tail -n 1)"
+mac=x86_64-apple-darwin
+if ! rustup target list --installed 2>/dev/null | grep -qx "$mac"; then
+  out=$(timeout 300 rustup target add "$mac" 2>&1) || true
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$mac"; then
+    echo "note: cannot add the $mac target, so the macOS check will be skipped: $(printf '%s' "$out" | tail -n 1)"
   fi
 fi
 
@@ -23,31 +31,53 @@ PYTEST=8.3.4
 MCP_TS=1.32.2
 CODEX=0.171.0
 
-if ! "$cache/venv/bin/python" -c "import mcp, pytest, importlib.metadata as m; assert m.version('mcp') == '$MCP_PY'" 2>/dev/null; then
-  echo "installing the MCP Python SDK $MCP_PY into $cache/venv"
-  python3 -m venv "$cache/venv"
-  "$cache/venv/bin/pip" install -q "mcp==$MCP_PY" "pytest==$PYTEST"
+python_sdk() {
+  "$cache/venv/bin/python" -c "import mcp, pytest, importlib.metadata as m; assert (m.version('mcp'), m.version('pytest')) == ('$MCP_PY', '$PYTEST')" 2>/dev/null
+}
+if ! python_sdk; then
+  echo "installing the MCP Python SDK $MCP_PY and pytest $PYTEST into $cache/venv"
+  python3 -m venv "$cache/venv" ||
+    fail "cannot make a Python venv at $cache/venv (python3 -m venv; Debian: apt-get install python3-venv)"
+  "$cache/venv/bin/pip" install -q "mcp==$MCP_PY" "pytest==$PYTEST" ||
+    fail "pip could not install mcp==$MCP_PY pytest==$PYTEST into $cache/venv"
+  python_sdk || fail "mcp $MCP_PY and pytest $PYTEST are not importable from $cache/venv/bin/python after installing them"
 fi
 
-if [ ! -f "$cache/node/node_modules/@modelcontextprotocol/sdk/package.json" ] ||
-   ! grep -q "\"version\": \"$MCP_TS\"" "$cache/node/node_modules/@modelcontextprotocol/sdk/package.json"; then
+# ci/interop.sh runs the TypeScript client with node's own test runner.
+node --version >/dev/null 2>&1 || fail "node is missing (the TypeScript interop tests run under node >= 18)"
+ts_sdk() {
+  grep -q "\"version\": \"$MCP_TS\"" "$cache/node/node_modules/@modelcontextprotocol/sdk/package.json" 2>/dev/null
+}
+if ! ts_sdk; then
   echo "installing the MCP TypeScript SDK $MCP_TS into $cache/node"
+  command -v npm >/dev/null || fail "npm is missing (needed to install @modelcontextprotocol/sdk)"
   mkdir -p "$cache/node"
-  (cd "$cache/node" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$MCP_TS" >/dev/null)
+  (cd "$cache/node" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$MCP_TS" >/dev/null) ||
+    fail "npm could not install @modelcontextprotocol/sdk@$MCP_TS into $cache/node"
+  ts_sdk || fail "@modelcontextprotocol/sdk $MCP_TS is not in $cache/node/node_modules after installing it"
 fi
 
-if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && [ ! -x "$cache/codex/node_modules/.bin/codex" ]; then
+# The Codex CLI counts only if it runs (what ci/test.sh and ci/interop.sh check too).
+codex=$cache/codex/node_modules/.bin/codex
+if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && ! "$codex" --version >/dev/null 2>&1; then
   echo "installing the Codex CLI $CODEX into $cache/codex (large; REAPER_SKIP_CODEX=1 skips it)"
   mkdir -p "$cache/codex"
-  (cd "$cache/codex" && npm install --silent --no-audit --no-fund "@openai/codex@$CODEX" >/dev/null) ||
-    echo "warning: could not install @openai/codex; the real-codex tests will be skipped"
+  (cd "$cache/codex" && npm install --silent --no-audit --no-fund "@openai/codex@$CODEX" >/dev/null) || true
+  if ! "$codex" --version >/dev/null 2>&1; then
+    echo "warning: could not install @openai/codex $CODEX ($codex --version fails); the real-codex tests will be skipped"
+  fi
 fi
 
 # tini, for the negative control of tests/init.rs (reaper as PID 1 beside tini); optional: the
 # test says "skipped" without it.
-if ! command -v tini >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q tini >/dev/null 2>&1 ||
+if ! tini --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  # Package lists as shipped may be stale (a version the mirror no longer has): update, retry.
+  apt-get install -y -q --no-remove tini >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-remove tini >/dev/null 2>&1; } || true
+  if ! tini --version >/dev/null 2>&1; then
     echo "note: cannot install tini (Debian package tini); the tini control in tests/init.rs will be skipped"
+  fi
 fi
 
 # The VM lane (ci/vm): QEMU, mmdebstrap, and its Debian image (cached under $cache/vm, rebuilt

@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 export REAPER_CI_CACHE=$cache
 export NODE_PATH="$cache/node/node_modules"
-if [ -x "$cache/codex/node_modules/.bin/codex" ]; then
+if "$cache/codex/node_modules/.bin/codex" --version >/dev/null 2>&1; then
   export REAPER_REAL_CODEX="$cache/codex/node_modules/.bin/codex"
 fi
 

@@ -41,9 +41,14 @@ if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_w
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
 if command -v script >/dev/null 2>&1; then require+=(script); fi
 if command -v python3 >/dev/null 2>&1; then require+=(python3); fi
-if command -v tini >/dev/null 2>&1; then require+=(tini); fi
+if tini --version >/dev/null 2>&1; then require+=(tini); fi
 if [ "$(id -u)" = 0 ]; then require+=(root); fi
-if [ -x "${REAPER_REAL_CODEX:-$HOME/.cache/reaper-ci/codex/node_modules/.bin/codex}" ]; then require+=(codex); fi
+# GNU coreutils 9.1's timeout (Debian 12), which the timeout face's tests compare with.
+if LC_ALL=C /usr/bin/timeout --version 2>/dev/null | head -n 1 | grep -qx 'timeout (GNU coreutils) 9.1'; then require+=(gnu-timeout-9.1); fi
+if command -v localedef >/dev/null 2>&1 && [ -f /usr/share/i18n/locales/de_DE ]; then require+=(locales); fi
+# A cgroup v1 freezer hierarchy (hybrid hosts), where root may freeze a test's process.
+if [ "$(id -u)" = 0 ] && grep -qE ' - cgroup [^ ]+ ([^ ]*,)?freezer(,|$)' /proc/self/mountinfo; then require+=(freezer); fi
+if "${REAPER_REAL_CODEX:-$HOME/.cache/reaper-ci/codex/node_modules/.bin/codex}" --version >/dev/null 2>&1; then require+=(codex); fi
 export REAPER_REQUIRE="${require[*]}"
 echo "required here: ${REAPER_REQUIRE:-(nothing)}"
 skips=$(mktemp)

@@ -52,8 +52,8 @@ pub struct Outcome {
     pub leader_ms: Option<u64>,
     /// From the stop request to an empty tree.
     pub teardown_ms: u64,
-    /// Processes of the run that reaper signalled to stop them (the leader included, when it
-    /// was still running).
+    /// Processes a stop ended (the leader included, when it was still running): each alive
+    /// when the stop began or killed after, and gone by the end; never one of `survivors`.
     pub killed: usize,
     /// Processes still alive after teardown, as `comm (pid N)`: must be empty.
     pub survivors: Vec<String>,

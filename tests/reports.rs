@@ -6,8 +6,11 @@ mod mcp_support;
 
 use std::os::unix::process::CommandExt;
 use std::process::Stdio;
+use std::time::Duration;
 
-use common::{code, have, read_report, reaper, stderr, Need};
+use common::{
+    code, have, pidfd_checked, read_report, reaper, stderr, wait_until, wait_with_deadline, Need,
+};
 use serde_json::json;
 
 /// `reaper run --timeout … --report` on `argv`; returns the report.
@@ -185,5 +188,152 @@ fn a_leader_too_large_to_exec_is_126_and_says_so() {
                     .ends_with("; pass large data through a file or stdin instead"),
             "{backend}/{clone3}: {err}"
         );
+    }
+}
+
+/// A cgroup the test makes in the cgroup v1 freezer hierarchy, to hold one process frozen:
+/// a frozen task stays frozen through SIGKILL until thawed. Dropped, it thaws, kills and waits
+/// for that process (through a pidfd on its start time), then removes the cgroup.
+struct Frozen {
+    dir: std::path::PathBuf,
+    pid: i32,
+    starttime: u64,
+}
+
+impl Frozen {
+    fn new(freezer: &std::path::Path, pid: i32, starttime: u64) -> Frozen {
+        let dir = freezer.join(format!("reaper-test-{}-{pid}", std::process::id()));
+        std::fs::create_dir(&dir).expect("make a freezer cgroup");
+        let f = Frozen {
+            dir,
+            pid,
+            starttime,
+        };
+        std::fs::write(f.dir.join("cgroup.procs"), pid.to_string()).expect("move into it");
+        std::fs::write(f.dir.join("freezer.state"), "FROZEN").expect("freeze");
+        assert!(
+            wait_until(Duration::from_secs(5), || f.state() == "FROZEN"),
+            "not frozen: {}",
+            f.state()
+        );
+        f
+    }
+
+    fn state(&self) -> String {
+        std::fs::read_to_string(self.dir.join("freezer.state"))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    }
+
+    fn holds(&self) -> bool {
+        std::fs::read_to_string(self.dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.trim() == self.pid.to_string())
+    }
+
+    fn thaw(&self) {
+        let _ = std::fs::write(self.dir.join("freezer.state"), "THAWED");
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        self.thaw();
+        if let Some(fd) = pidfd_checked(self.pid, self.starttime) {
+            let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+        }
+        wait_until(Duration::from_secs(5), || {
+            !common::alive(self.pid, self.starttime)
+        });
+        wait_until(Duration::from_secs(5), || {
+            std::fs::remove_dir(&self.dir).is_ok() || !self.dir.exists()
+        });
+    }
+}
+
+/// `killed` counts only the processes that are gone. A process SIGKILL cannot end — held by
+/// the cgroup v1 freezer — is named in `survivors` and is not also counted as killed: with it
+/// and a plain `sleep` left behind by the leader, the report says 1 killed, 1 survivor.
+#[test]
+fn a_process_that_survives_sigkill_is_a_survivor_not_killed() {
+    if !have(Need::Cgroup) || !have(Need::Freezer) {
+        return;
+    }
+    let freezer = common::v1_freezer_mount().expect("freezer mount");
+    let dir = tempfile::Builder::new()
+        .prefix("reaper-test-")
+        .tempdir()
+        .expect("temp dir");
+    let (pidfile, go, report, errfile) = (
+        dir.path().join("frozen"),
+        dir.path().join("go"),
+        dir.path().join("report.json"),
+        dir.path().join("stderr"),
+    );
+    // The leader leaves two sleeps behind when the test says go; the first will be frozen.
+    let script = format!(
+        "sleep 600 & echo $! > {p}.tmp && mv {p}.tmp {p}; sleep 601 & \
+         while [ ! -e {g} ]; do sleep 0.05; done",
+        p = pidfile.display(),
+        g = go.display()
+    );
+    let mut child = reaper()
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "--grace",
+            "300ms",
+            "--report",
+        ])
+        .arg(&report)
+        .args(["--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        // Not a pipe: the frozen survivor holds its copy open until thawed.
+        .stderr(std::fs::File::create(&errfile).expect("stderr file"))
+        .spawn()
+        .expect("run reaper");
+    assert!(
+        wait_until(Duration::from_secs(10), || pidfile.exists()),
+        "the leader did not start its sleeps"
+    );
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .expect("pid file")
+        .trim()
+        .parse()
+        .expect("a pid");
+    let (_, starttime) = common::stat(pid).expect("the sleep to freeze is alive");
+    let frozen = Frozen::new(&freezer, pid, starttime);
+    // It is there, and frozen (a frozen task shows as D, uninterruptible).
+    assert!(frozen.holds(), "pid {pid} not in {}", frozen.dir.display());
+    assert_eq!(common::state(pid), Some('D'), "pid {pid} is not frozen");
+
+    std::fs::write(&go, "").expect("go");
+    let st = wait_with_deadline(&mut child, Duration::from_secs(30));
+    let err = std::fs::read_to_string(&errfile).unwrap_or_default();
+    let r = read_report(&report);
+    assert_eq!(st.code(), Some(125), "a survivor is exit 125: {err} {r}");
+    // The same process outlived the stop, still frozen; the plain sleep was killed.
+    assert!(common::alive(pid, starttime) && frozen.holds(), "{r}");
+    assert_eq!(r["survivors"], json!([format!("sleep (pid {pid})")]), "{r}");
+    assert_eq!(r["killed"], 1, "the survivor was counted as killed: {r}");
+
+    // Thawed, it dies of the SIGKILL reaper sent: nothing else signals it here.
+    frozen.thaw();
+    assert!(
+        wait_until(Duration::from_secs(5), || !common::alive(pid, starttime)),
+        "pid {pid} outlived its thaw: reaper never sent it SIGKILL"
+    );
+    drop(frozen);
+    // reaper left the run cgroup for its survivor; now empty, it is the test's to remove.
+    if let Some(cg) = r["cgroup"].as_str() {
+        let cg = std::path::Path::new(cg);
+        if cg.exists() {
+            common::remove_test_cgroup(cg);
+        }
+        assert!(!cg.exists(), "{} left behind", cg.display());
     }
 }

@@ -137,8 +137,8 @@ pub fn group_has_members(pgid: Pid) -> io::Result<bool> {
 pub fn name(sig: Signal) -> String {
     NAMES
         .iter()
-        .find(|(_, s)| *s == sig)
-        .map(|(n, _)| (*n).to_owned())
+        .find(|n| !n.coreutils_only && n.raw == sig.as_raw())
+        .map(|n| n.name.to_owned())
         .unwrap_or_else(|| sig.as_raw().to_string())
 }
 
@@ -171,43 +171,175 @@ pub fn parse(text: &str) -> Option<Signal> {
     }
     let upper = t.to_ascii_uppercase();
     let bare = upper.strip_prefix("SIG").unwrap_or(&upper);
-    NAMES.iter().find(|(n, _)| *n == bare).map(|(_, s)| *s)
+    NAMES
+        .iter()
+        .find(|n| !n.coreutils_only && n.name == bare)
+        .and_then(|n| Signal::from_named_raw(n.raw))
 }
 
-const NAMES: &[(&str, Signal)] = &[
-    ("HUP", Signal::HUP),
-    ("INT", Signal::INT),
-    ("QUIT", Signal::QUIT),
-    ("ILL", Signal::ILL),
-    ("TRAP", Signal::TRAP),
-    ("ABRT", Signal::ABORT),
-    ("BUS", Signal::BUS),
-    ("FPE", Signal::FPE),
-    ("KILL", Signal::KILL),
-    ("USR1", Signal::USR1),
-    ("SEGV", Signal::SEGV),
-    ("USR2", Signal::USR2),
-    ("PIPE", Signal::PIPE),
-    ("ALRM", Signal::ALARM),
-    ("TERM", Signal::TERM),
-    ("CHLD", Signal::CHILD),
-    ("CONT", Signal::CONT),
-    ("STOP", Signal::STOP),
-    ("TSTP", Signal::TSTP),
-    ("TTIN", Signal::TTIN),
-    ("TTOU", Signal::TTOU),
-    ("URG", Signal::URG),
-    ("XCPU", Signal::XCPU),
-    ("XFSZ", Signal::XFSZ),
-    ("VTALRM", Signal::VTALARM),
-    ("PROF", Signal::PROF),
-    ("WINCH", Signal::WINCH),
-    ("IO", Signal::IO),
+/// gnulib's `str2sig`, as coreutils' `timeout` and `kill` read a name (the caller upcases it
+/// and strips `SIG`): a name of the table (`TERM`, `IOT`, `EXIT` for 0); `RTMIN` or `RTMAX`
+/// followed by an offset as strtol(3) reads it (`RTMIN+2`, `RTMIN 2`, `RTMIN02`, `RTMAX-1`),
+/// within the real-time range; or decimal digits up to the highest signal number.
+pub fn str2sig(name: &str) -> Option<i32> {
+    if name.as_bytes().first().is_some_and(u8::is_ascii_digit) {
+        return strtol_whole(name)
+            .filter(|n| *n <= i64::from(SIGNUM_BOUND))
+            .and_then(|n| i32::try_from(n).ok());
+    }
+    if let Some(n) = NAMES.iter().find(|n| n.name == name) {
+        return Some(n.raw);
+    }
+    let (min, max) = rt_range()?;
+    let (min64, max64) = (i64::from(min), i64::from(max));
+    if let Some(offset) = name.strip_prefix("RTMIN") {
+        strtol_whole(offset)
+            .filter(|n| (0..=max64 - min64).contains(n))
+            .map(|n| min + n as i32)
+    } else if let Some(offset) = name.strip_prefix("RTMAX") {
+        strtol_whole(offset)
+            .filter(|n| (min64 - max64..=0).contains(n))
+            .map(|n| max + n as i32)
+    } else {
+        None
+    }
+}
+
+/// gnulib's `sig2str`, as coreutils' `timeout` names a signal: the table's first name for
+/// `raw` (`POLL` before `IO`, `EXIT` for 0), else `RTMIN+N` in the lower half of the real-time
+/// range and `RTMAX-N` in the upper. `None` for a number without a name (glibc's own 32 and
+/// 33, anything above SIGRTMAX).
+pub fn sig2str(raw: i32) -> Option<String> {
+    if let Some(n) = NAMES.iter().find(|n| n.raw == raw) {
+        return Some(n.name.to_owned());
+    }
+    let (min, max) = rt_range()?;
+    if !(min..=max).contains(&raw) {
+        return None;
+    }
+    Some(if raw <= min + (max - min) / 2 {
+        match raw - min {
+            0 => "RTMIN".to_owned(),
+            d => format!("RTMIN+{d}"),
+        }
+    } else {
+        match max - raw {
+            0 => "RTMAX".to_owned(),
+            d => format!("RTMAX-{d}"),
+        }
+    })
+}
+
+/// The real-time signals the C library leaves to applications (glibc keeps 32 and 33 for
+/// itself, so SIGRTMIN is 34 there); macOS has none.
+fn rt_range() -> Option<(i32, i32)> {
     #[cfg(target_os = "linux")]
-    ("PWR", Signal::POWER),
+    return Some((libc::SIGRTMIN(), libc::SIGRTMAX()));
+    #[cfg(not(target_os = "linux"))]
+    None
+}
+
+/// The highest signal number gnulib's `str2sig` takes as digits (NSIG - 1).
+#[cfg(target_os = "linux")]
+const SIGNUM_BOUND: i32 = 64;
+#[cfg(not(target_os = "linux"))]
+const SIGNUM_BOUND: i32 = 31;
+
+/// strtol(3) in base 10 and the C locale, when it leaves nothing unread: white space, a sign,
+/// digits, saturating at the `long` range as strtol does. Empty text is 0 (nothing to convert,
+/// and nothing left); anything else without digits is `None` (strtol leaves it all unread).
+fn strtol_whole(text: &str) -> Option<i64> {
+    if text.is_empty() {
+        return Some(0);
+    }
+    let s = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    if digits.is_empty() || !digits.bytes().all(|c| c.is_ascii_digit()) {
+        return None;
+    }
+    let magnitude = digits.bytes().fold(0i128, |acc, c| {
+        (acc * 10 + i128::from(c - b'0')).min(i128::from(i64::MAX) + 1)
+    });
+    let value = if negative { -magnitude } else { magnitude };
+    Some(value.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64)
+}
+
+/// One name of a signal, without `SIG`.
+struct Name {
+    name: &'static str,
+    raw: i32,
+    /// A name only coreutils' `timeout` and `kill` use (an old or System V alias, a signal
+    /// reaper never names, `EXIT` for 0): [`str2sig`] and [`sig2str`] know it, [`name`] and
+    /// [`parse`] do not.
+    coreutils_only: bool,
+}
+
+const fn own(name: &'static str, raw: i32) -> Name {
+    Name {
+        name,
+        raw,
+        coreutils_only: false,
+    }
+}
+
+const fn coreutils(name: &'static str, raw: i32) -> Name {
+    Name {
+        name,
+        raw,
+        coreutils_only: true,
+    }
+}
+
+/// Every signal name, in the order of gnulib's sig2str table: where two share a number, the
+/// first is coreutils' name for it (`POLL` for 29 on Linux, where reaper says `IO`).
+const NAMES: &[Name] = &[
+    own("HUP", libc::SIGHUP),
+    own("INT", libc::SIGINT),
+    own("QUIT", libc::SIGQUIT),
+    own("ILL", libc::SIGILL),
+    own("TRAP", libc::SIGTRAP),
+    own("ABRT", libc::SIGABRT),
+    own("FPE", libc::SIGFPE),
+    own("KILL", libc::SIGKILL),
+    own("SEGV", libc::SIGSEGV),
+    own("BUS", libc::SIGBUS),
+    own("PIPE", libc::SIGPIPE),
+    own("ALRM", libc::SIGALRM),
+    own("TERM", libc::SIGTERM),
+    own("USR1", libc::SIGUSR1),
+    own("USR2", libc::SIGUSR2),
+    own("CHLD", libc::SIGCHLD),
+    own("URG", libc::SIGURG),
+    own("STOP", libc::SIGSTOP),
+    own("TSTP", libc::SIGTSTP),
+    own("CONT", libc::SIGCONT),
+    own("TTIN", libc::SIGTTIN),
+    own("TTOU", libc::SIGTTOU),
+    own("SYS", libc::SIGSYS),
+    #[cfg(target_os = "linux")]
+    coreutils("POLL", libc::SIGPOLL),
+    own("VTALRM", libc::SIGVTALRM),
+    own("PROF", libc::SIGPROF),
+    own("XCPU", libc::SIGXCPU),
+    own("XFSZ", libc::SIGXFSZ),
+    coreutils("IOT", libc::SIGIOT),
     #[cfg(target_os = "macos")]
-    ("INFO", Signal::INFO),
-    ("SYS", Signal::SYS),
+    coreutils("EMT", libc::SIGEMT),
+    #[cfg(target_os = "linux")]
+    coreutils("CLD", libc::SIGCHLD),
+    #[cfg(target_os = "linux")]
+    own("PWR", libc::SIGPWR),
+    own("WINCH", libc::SIGWINCH),
+    #[cfg(target_os = "macos")]
+    own("INFO", libc::SIGINFO),
+    own("IO", libc::SIGIO),
+    #[cfg(target_os = "linux")]
+    coreutils("STKFLT", libc::SIGSTKFLT),
+    coreutils("EXIT", 0),
 ];
 
 #[cfg(test)]
@@ -232,10 +364,90 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for (n, s) in NAMES {
-            assert_eq!(name(*s), *n);
-            assert_eq!(parse(n), Some(*s));
-            assert_eq!(parse(&s.as_raw().to_string()), Some(*s));
+        for n in NAMES.iter().filter(|n| !n.coreutils_only) {
+            let s = Signal::from_named_raw(n.raw).expect("a named signal");
+            assert_eq!(name(s), n.name);
+            assert_eq!(parse(n.name), Some(s));
+            assert_eq!(parse(&n.raw.to_string()), Some(s));
+        }
+        // coreutils' own names stay out of reaper's.
+        assert_eq!(name(Signal::IO), "IO");
+        assert_eq!(parse("CLD"), None);
+        assert_eq!(parse("EXIT"), None);
+    }
+
+    #[test]
+    fn str2sig_as_gnulib() {
+        assert_eq!(str2sig("TERM"), Some(15));
+        assert_eq!(str2sig("IOT"), Some(6));
+        assert_eq!(str2sig("EXIT"), Some(0));
+        assert_eq!(str2sig("9"), Some(9));
+        assert_eq!(str2sig("015"), Some(15));
+        assert_eq!(str2sig("99999999999999999999999"), None);
+        assert_eq!(str2sig("9 "), None);
+        assert_eq!(str2sig("term"), None, "the caller upcases");
+        assert_eq!(str2sig("SIGTERM"), None, "the caller strips SIG");
+        assert_eq!(str2sig(""), None);
+        #[cfg(target_os = "linux")]
+        {
+            assert_eq!(str2sig("CLD"), Some(17));
+            assert_eq!(str2sig("POLL"), Some(29));
+            assert_eq!(str2sig("STKFLT"), Some(16));
+            assert_eq!(str2sig("64"), Some(64));
+            assert_eq!(str2sig("65"), None);
+            let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
+            for (t, want) in [
+                ("RTMIN", Some(min)),
+                ("RTMIN+1", Some(min + 1)),
+                ("RTMIN 1", Some(min + 1)),
+                ("RTMIN\t+1", Some(min + 1)),
+                ("RTMIN01", Some(min + 1)),
+                ("RTMIN-0", Some(min)),
+                ("RTMIN+30", Some(max.min(min + 30))),
+                ("RTMAX", Some(max)),
+                ("RTMAX-1", Some(max - 1)),
+                ("RTMAX -1", Some(max - 1)),
+                ("RTMAX+0", Some(max)),
+                ("RTMIN ", None),
+                ("RTMIN+", None),
+                ("RTMIN+ 1", None),
+                ("RTMIN1 ", None),
+                ("RTMIN+0x1", None),
+                ("RTMIN-1", None),
+                ("RTMAX1", None),
+                ("RTMIN+99999999999999999999", None),
+                ("RTMAX-99999999999999999999", None),
+            ] {
+                assert_eq!(str2sig(t), want, "{t:?}");
+            }
+            assert_eq!(str2sig(&format!("RTMIN+{}", max - min + 1)), None);
+            assert_eq!(str2sig(&format!("RTMAX-{}", max - min)), Some(min));
+        }
+    }
+
+    #[test]
+    fn sig2str_as_gnulib() {
+        assert_eq!(sig2str(0).as_deref(), Some("EXIT"));
+        assert_eq!(sig2str(6).as_deref(), Some("ABRT"));
+        assert_eq!(sig2str(17).as_deref(), Some("CHLD"));
+        #[cfg(target_os = "linux")]
+        {
+            assert_eq!(sig2str(16).as_deref(), Some("STKFLT"));
+            assert_eq!(sig2str(29).as_deref(), Some("POLL"));
+            assert_eq!(sig2str(32), None);
+            assert_eq!(sig2str(33), None);
+            assert_eq!(sig2str(34).as_deref(), Some("RTMIN"));
+            assert_eq!(sig2str(49).as_deref(), Some("RTMIN+15"));
+            assert_eq!(sig2str(50).as_deref(), Some("RTMAX-14"));
+            assert_eq!(sig2str(64).as_deref(), Some("RTMAX"));
+            assert_eq!(sig2str(65), None);
+        }
+        assert_eq!(sig2str(-1), None);
+        // Every number it names, str2sig reads back.
+        for raw in 0..=SIGNUM_BOUND {
+            if let Some(n) = sig2str(raw) {
+                assert_eq!(str2sig(&n), Some(raw), "{n}");
+            }
         }
     }
 

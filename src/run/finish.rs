@@ -42,7 +42,15 @@ impl Run {
         // A second look, even after an exact empty stop: `populated` drops when the last
         // member passes cgroup_exit, a moment before its exit hands a child that had left the
         // cgroup to reaper (exit_notify). This later look, after reaping, can still see it.
-        let survivors: Vec<String> = self.backend.members().iter().map(Process::label).collect();
+        let left = self.backend.members();
+        // Only what is gone was killed: a process that outlived SIGKILL (frozen by the cgroup
+        // v1 freezer, stuck in uninterruptible sleep) is a survivor, not one more killed.
+        let killed = self
+            .stopped
+            .iter()
+            .filter(|pid| !left.iter().any(|m| m.pid == **pid))
+            .count();
+        let survivors: Vec<String> = left.iter().map(Process::label).collect();
         // Read before the cgroup is removed with them.
         let usage = self.usage();
         let mut error = None;
@@ -68,7 +76,7 @@ impl Run {
             .map(containment::Escapee::label)
             .collect();
         self.sink.emit(Event::Reaped {
-            killed: self.stopped.len(),
+            killed,
             survivors: survivors.clone(),
             escapees: escapees.clone(),
             usage: usage.clone(),
@@ -99,7 +107,7 @@ impl Run {
             duration_ms: ms(end - self.started),
             leader_ms: self.leader.at.map(|t| ms(t - self.started)),
             teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
-            killed: self.stopped.len(),
+            killed,
             survivors,
             escapees,
             error,

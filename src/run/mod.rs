@@ -48,10 +48,10 @@ pub(crate) struct Run {
     pub(crate) sink: EventSink,
     started: Instant,
     stop_at: Option<Instant>,
-    /// The processes a stop ended, by pid: every one alive when the stop began (whoever ended
+    /// The processes a stop went for, by pid: every one alive when the stop began (whoever ended
     /// it: reaper's signals, or the leader stopping its own tree), and every one reaper killed
-    /// after. A pid is not reused within one teardown: the killed processes are ours to reap,
-    /// or PID 1's, and the tree forks no more.
+    /// after; `finish` counts those that are gone. A pid is not reused within one teardown: the
+    /// killed processes are ours to reap, or PID 1's, and the tree forks no more.
     stopped: HashSet<i32>,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,

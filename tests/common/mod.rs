@@ -37,6 +37,22 @@ pub fn cgroup2_mount() -> Option<PathBuf> {
     })
 }
 
+/// GNU coreutils' timeout, where Debian installs it.
+pub const GNU_TIMEOUT: &str = "/usr/bin/timeout";
+/// Where glibc's locale sources are (what localedef -i reads).
+pub const LOCALE_SOURCES: &str = "/usr/share/i18n/locales";
+
+/// The cgroup v1 freezer's mount (hybrid and v1 hosts), when there is one.
+pub fn v1_freezer_mount() -> Option<PathBuf> {
+    let mi = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    mi.lines().find_map(|l| {
+        let (pre, post) = l.split_once(" - ")?;
+        let mut f = post.split(' ');
+        (f.next()? == "cgroup" && f.nth(1)?.split(',').any(|o| o == "freezer"))
+            .then(|| PathBuf::from(pre.split(' ').nth(4).unwrap_or("")))
+    })
+}
+
 /// Whether the cgroup backend can work here (asks `reaper doctor` once per test binary).
 pub fn cgroup_usable() -> bool {
     static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
@@ -68,6 +84,14 @@ pub enum Need {
     Program(&'static str),
     /// The real Codex CLI ([`real_codex`]).
     Codex,
+    /// A cgroup v1 freezer hierarchy and root to make a cgroup in it: a process it freezes
+    /// outlives SIGKILL until thawed.
+    Freezer,
+    /// GNU coreutils 9.1's timeout at /usr/bin/timeout (Debian 12's), the one reaper's face
+    /// follows.
+    GnuTimeout91,
+    /// localedef(1) and the glibc locale sources (Debian: `locales`), to build a locale.
+    LocaleSources,
 }
 
 /// The real Codex CLI: `$REAPER_REAL_CODEX`, else where ci/install-deps.sh puts it.
@@ -91,6 +115,9 @@ impl Need {
             Need::Root => "root",
             Need::Program(p) => p,
             Need::Codex => "codex",
+            Need::Freezer => "freezer",
+            Need::GnuTimeout91 => "gnu-timeout-9.1",
+            Need::LocaleSources => "locales",
         }
     }
 
@@ -120,6 +147,25 @@ impl Need {
                 .stderr(Stdio::null())
                 .status()
                 .is_ok_and(|s| s.success()),
+            Need::Freezer => rustix::process::geteuid().is_root() && v1_freezer_mount().is_some(),
+            Need::GnuTimeout91 => Command::new(GNU_TIMEOUT)
+                .arg("--version")
+                .env("LC_ALL", "C")
+                .output()
+                .is_ok_and(|o| {
+                    String::from_utf8_lossy(&o.stdout)
+                        .lines()
+                        .next()
+                        .is_some_and(|l| l == "timeout (GNU coreutils) 9.1")
+                }),
+            Need::LocaleSources => {
+                Path::new(LOCALE_SOURCES).join("de_DE").exists()
+                    && Command::new("localedef")
+                        .arg("--version")
+                        .stdout(Stdio::null())
+                        .status()
+                        .is_ok_and(|s| s.success())
+            }
             Need::Program(p) => Command::new(p)
                 .arg("--version")
                 .stdout(Stdio::null())
@@ -135,6 +181,9 @@ impl Need {
             Need::Root => "not running as root",
             Need::Program(_) => "the program is not installed (or `--version` fails)",
             Need::Codex => "the real Codex CLI is not installed (ci/install-deps.sh)",
+            Need::Freezer => "no cgroup v1 freezer hierarchy (pure cgroup v2), or not root",
+            Need::GnuTimeout91 => "/usr/bin/timeout is not GNU coreutils 9.1's",
+            Need::LocaleSources => "no localedef or no locale sources (Debian package locales)",
         })
     }
 }

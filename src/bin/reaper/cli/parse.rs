@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use reaper_platform::Signal;
+use reaper_platform::{signal, Signal};
 
 /// The longest duration reaper waits: values beyond it (`4294967296`, `inf`,
 /// `1.18973149535723176502e+4932`) mean "in practice never", as with timeout(1), and are
@@ -14,40 +14,50 @@ pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 86_400);
 
 /// A duration for reaper's own flags: timeout(1)'s syntax plus the suffix `ms`.
 pub fn duration(text: &str) -> Result<Duration, String> {
-    parse_duration(text, true).ok_or_else(|| {
+    parse_duration(text, Reading::Own).ok_or_else(|| {
         format!("invalid duration '{text}' (a number with an optional suffix ms, s, m, h or d: 500ms, 30s, 1.5h, 2e3)")
     })
 }
 
-/// A duration exactly as timeout(1) takes it (no `ms`). `None` when invalid.
-pub fn gnu_duration(text: &str) -> Option<Duration> {
-    parse_duration(text, false)
+/// A duration exactly as coreutils 9.1's timeout(1) takes it (no `ms`), in a locale whose
+/// decimal point is `radix`. `None` when invalid.
+pub fn gnu_duration(text: &str, radix: &str) -> Option<Duration> {
+    parse_duration(text, Reading::Gnu { radix })
 }
 
-fn parse_duration(text: &str, ms: bool) -> Option<Duration> {
-    let (num, rest) = strtod(text)?;
+/// Whose rules read a duration.
+#[derive(Clone, Copy)]
+enum Reading<'a> {
+    /// reaper's own flags: strtod in the C locale, plus `ms`; a value that underflows is the
+    /// shortest timeout when positive (`1e-5000`) and refused when negative (`-1e-10000`), as
+    /// coreutils reads them since its timeout bounds durations with gnulib's dtimespec_bound.
+    Own,
+    /// coreutils 9.1's parse_duration: cl_strtod (the locale's decimal point, or `.`); any
+    /// value `0 <= d` admits, so one that underflows to 0 or -0 is 0, no timeout.
+    Gnu { radix: &'a str },
+}
+
+fn parse_duration(text: &str, how: Reading) -> Option<Duration> {
+    let (num, rest) = match how {
+        Reading::Own => strtod(text, ".")?,
+        Reading::Gnu { radix } => cl_strtod(text, radix)?,
+    };
     let scale = match rest {
         "" | "s" => 1.0,
         "m" => 60.0,
         "h" => 3600.0,
         "d" => 86400.0,
-        "ms" if ms => 0.001,
+        "ms" if matches!(how, Reading::Own) => 0.001,
         _ => return None,
     };
-    // Negative intervals are refused, even one that underflows to -0 (` -1e-10000`); `-0`
-    // itself is zero.
-    if num.negative && (num.value != 0.0 || num.underflow) {
+    // `0 <= d`: NaN and negative values are refused; `-0` is zero.
+    if num.value.is_nan() || num.negative && num.value != 0.0 {
         return None;
     }
-    if num.value.is_nan() {
-        return None;
+    if num.underflow && matches!(how, Reading::Own) {
+        return (!num.negative).then_some(Duration::from_nanos(1));
     }
-    // A positive value too small for a double (`1e-5000`) is still a timeout: the shortest one,
-    // as current coreutils rounds it up to 1 ns (9.1 took it as 0, i.e. none).
-    if num.underflow {
-        return Some(Duration::from_nanos(1));
-    }
-    let secs = num.value.abs() * scale;
+    let secs = num.value * scale;
     if secs >= LONGEST.as_secs_f64() {
         return Some(LONGEST);
     }
@@ -62,16 +72,34 @@ fn parse_duration(text: &str, ms: bool) -> Option<Duration> {
     Some(Duration::from_secs(whole as u64) + Duration::from_nanos(ns))
 }
 
-/// A number as strtod(3) reads it in the C locale, and the text after it.
+/// gnulib's cl_strtod: strtod(3) in the locale (decimal point `radix`) and, if that leaves
+/// text unread, in the C locale too; whichever reads further wins.
+fn cl_strtod<'t>(text: &'t str, radix: &str) -> Option<(Number, &'t str)> {
+    let local = strtod(text, radix);
+    let unread = |r: &Option<(Number, &str)>| r.as_ref().map_or(text.len(), |(_, rest)| rest.len());
+    if radix == "." || unread(&local) == 0 {
+        return local;
+    }
+    let c = strtod(text, ".");
+    if unread(&c) < unread(&local) {
+        c
+    } else {
+        local
+    }
+}
+
+/// A number as strtod(3) reads it, and the text after it.
 #[derive(Debug)]
 struct Number {
+    /// The magnitude (the sign is `negative`).
     value: f64,
     negative: bool,
     /// Nonzero digits that a double cannot hold (the value became 0).
     underflow: bool,
 }
 
-fn strtod(text: &str) -> Option<(Number, &str)> {
+/// strtod(3) with `radix` as the decimal point (`.` in the C locale, `,` in de_DE).
+fn strtod<'t>(text: &'t str, radix: &str) -> Option<(Number, &'t str)> {
     // isspace(3) in the C locale.
     let s = text.trim_start_matches([' ', '\t', '\n', '\x0b', '\x0c', '\r']);
     let (negative, s) = match s.as_bytes().first() {
@@ -112,10 +140,13 @@ fn strtod(text: &str) -> Option<(Number, &str)> {
     let b = s.as_bytes();
     let hex_digits = |from: usize| {
         b.get(from).is_some_and(u8::is_ascii_hexdigit)
-            || (b.get(from) == Some(&b'.') && b.get(from + 1).is_some_and(u8::is_ascii_hexdigit))
+            || s.get(from..).is_some_and(|t| {
+                t.strip_prefix(radix)
+                    .is_some_and(|t| t.as_bytes().first().is_some_and(u8::is_ascii_hexdigit))
+            })
     };
     if b.len() > 2 && b[0] == b'0' && (b[1] | 0x20) == b'x' && hex_digits(2) {
-        let (value, underflow, len) = hex_float(&s[2..]);
+        let (value, underflow, len) = hex_float(&s[2..], radix);
         return Some((
             Number {
                 value,
@@ -129,17 +160,17 @@ fn strtod(text: &str) -> Option<(Number, &str)> {
     // it has digits (`1e` is 1 followed by `e`).
     let int = b.iter().take_while(|c| c.is_ascii_digit()).count();
     let mut end = int;
-    let mut frac = 0;
-    if b.get(end) == Some(&b'.') {
-        frac = b[end + 1..]
-            .iter()
-            .take_while(|c| c.is_ascii_digit())
-            .count();
-        end += 1 + frac;
+    let mut frac = "";
+    if s[end..].starts_with(radix) {
+        let after = end + radix.len();
+        let n = b[after..].iter().take_while(|c| c.is_ascii_digit()).count();
+        frac = &s[after..after + n];
+        end = after + n;
     }
-    if int + frac == 0 {
+    if int + frac.len() == 0 {
         return None;
     }
+    let mut exponent = "";
     if b.get(end).is_some_and(|c| c | 0x20 == b'e') {
         let mut e = end + 1;
         if matches!(b.get(e), Some(b'+' | b'-')) {
@@ -147,12 +178,16 @@ fn strtod(text: &str) -> Option<(Number, &str)> {
         }
         let digits = b[e..].iter().take_while(|c| c.is_ascii_digit()).count();
         if digits > 0 {
+            exponent = &s[end..e + digits];
             end = e + digits;
         }
     }
-    let mantissa = &s[..int + usize::from(frac > 0 || b.get(int) == Some(&b'.')) + frac];
-    let value: f64 = s[..end].parse().ok()?;
-    let underflow = value == 0.0 && mantissa.bytes().any(|c| matches!(c, b'1'..=b'9'));
+    let value: f64 = format!("{}.{frac}{exponent}", &s[..int]).parse().ok()?;
+    let underflow = value == 0.0
+        && s[..int]
+            .bytes()
+            .chain(frac.bytes())
+            .any(|c| matches!(c, b'1'..=b'9'));
     Some((
         Number {
             value,
@@ -163,16 +198,19 @@ fn strtod(text: &str) -> Option<(Number, &str)> {
     ))
 }
 
-/// The hexadecimal float after `0x` (`1p-3`, `.8`, `10`): its value, whether it underflowed,
-/// and how many bytes it took. Precision beyond 60 bits does not matter for a timeout.
-fn hex_float(s: &str) -> (f64, bool, usize) {
+/// The hexadecimal float after `0x` (`1p-3`, `.8`, `10`), `radix` its point: its value,
+/// whether it underflowed, and how many bytes it took. Precision beyond 60 bits does not matter
+/// for a timeout.
+fn hex_float(s: &str, radix: &str) -> (f64, bool, usize) {
     let b = s.as_bytes();
     let (mut mantissa, mut exp, mut i, mut nonzero) = (0u64, 0i64, 0usize, false);
     let mut seen_point = false;
     while i < b.len() {
         let c = b[i];
-        if c == b'.' && !seen_point {
+        if !seen_point && s[i..].starts_with(radix) {
             seen_point = true;
+            i += radix.len();
+            continue;
         } else if let Some(d) = (c as char).to_digit(16) {
             nonzero |= d != 0;
             if mantissa < 1 << 59 {
@@ -241,25 +279,7 @@ impl SigSpec {
 
     /// timeout(1)'s name for it (sig2str): `TERM`, `EXIT`, `RTMIN+1`, `RTMAX`.
     pub fn name(self) -> String {
-        if let Some((n, _)) = SIGNAMES.iter().find(|(_, s)| *s == self.0) {
-            return (*n).to_owned();
-        }
-        #[cfg(target_os = "linux")]
-        {
-            let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-            if (min..=max).contains(&self.0) {
-                let (base, name) = if self.0 <= min + (max - min) / 2 {
-                    (min, "RTMIN")
-                } else {
-                    (max, "RTMAX")
-                };
-                return match self.0 - base {
-                    0 => name.to_owned(),
-                    d => format!("{name}{d:+}"),
-                };
-            }
-        }
-        self.0.to_string()
+        signal::sig2str(self.0).unwrap_or_else(|| self.0.to_string())
     }
 }
 
@@ -277,97 +297,26 @@ pub fn signal(text: &str) -> Result<Signal, String> {
         .ok_or_else(|| format!("invalid signal '{text}': a signal to send is needed here"))
 }
 
-/// operand2sig(3) of coreutils. `None` when invalid.
+/// coreutils 9.1's operand2sig. A number (it starts with a digit) is read by strtol to an int
+/// and masked as a shell status (`& 0x7f`, or `& 0xff` from 255: ksh adds 256): 143 and 271 are
+/// TERM, 128 and 256 are 0. Anything else is upcased and read by gnulib's str2sig, then again
+/// without a leading `SIG` (`SIG15`, `sigrtmin 1`). Valid only if sig2str names the result.
+/// `None` when invalid.
 pub fn gnu_signal(text: &str) -> Option<SigSpec> {
     let raw = if text.as_bytes().first().is_some_and(u8::is_ascii_digit) {
         if !text.bytes().all(|c| c.is_ascii_digit()) {
             return None;
         }
+        // Beyond an int, strtol's ERANGE or the narrowing makes it invalid.
         let n: i32 = text.parse().ok()?;
         n & if n >= 0xff { 0xff } else { 0x7f }
     } else {
         let up = text.to_ascii_uppercase();
-        by_name(&up).or_else(|| up.strip_prefix("SIG").and_then(by_name))?
+        signal::str2sig(&up).or_else(|| up.strip_prefix("SIG").and_then(signal::str2sig))?
     };
     let spec = SigSpec(raw);
-    // Valid only if it has a name (sig2str): 32 and 33 (glibc's own) and above SIGRTMAX do not.
-    (raw == 0 || spec.signal().is_some() && spec.name() != raw.to_string()).then_some(spec)
+    (signal::sig2str(raw).is_some() && (raw == 0 || spec.signal().is_some())).then_some(spec)
 }
-
-fn by_name(name: &str) -> Option<i32> {
-    if let Some((_, s)) = SIGNAMES.iter().find(|(n, _)| *n == name) {
-        return Some(*s);
-    }
-    #[cfg(target_os = "linux")]
-    {
-        let (min, max) = (libc::SIGRTMIN(), libc::SIGRTMAX());
-        let offset = |t: &str| -> Option<i32> {
-            if t.is_empty() {
-                Some(0)
-            } else {
-                t.parse().ok()
-            }
-        };
-        if let Some(t) = name.strip_prefix("RTMIN") {
-            return offset(t)
-                .filter(|n| (0..=max - min).contains(n))
-                .map(|n| min + n);
-        }
-        if let Some(t) = name.strip_prefix("RTMAX") {
-            return offset(t)
-                .filter(|n| (min - max..=0).contains(n))
-                .map(|n| max + n);
-        }
-    }
-    None
-}
-
-/// coreutils' names, preferred name first where two share a number.
-const SIGNAMES: &[(&str, i32)] = &[
-    ("HUP", libc::SIGHUP),
-    ("INT", libc::SIGINT),
-    ("QUIT", libc::SIGQUIT),
-    ("ILL", libc::SIGILL),
-    ("TRAP", libc::SIGTRAP),
-    ("ABRT", libc::SIGABRT),
-    ("FPE", libc::SIGFPE),
-    ("KILL", libc::SIGKILL),
-    ("SEGV", libc::SIGSEGV),
-    ("BUS", libc::SIGBUS),
-    ("PIPE", libc::SIGPIPE),
-    ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM),
-    ("USR1", libc::SIGUSR1),
-    ("USR2", libc::SIGUSR2),
-    ("CHLD", libc::SIGCHLD),
-    ("URG", libc::SIGURG),
-    ("STOP", libc::SIGSTOP),
-    ("TSTP", libc::SIGTSTP),
-    ("CONT", libc::SIGCONT),
-    ("TTIN", libc::SIGTTIN),
-    ("TTOU", libc::SIGTTOU),
-    ("SYS", libc::SIGSYS),
-    #[cfg(target_os = "linux")]
-    ("POLL", libc::SIGPOLL),
-    ("VTALRM", libc::SIGVTALRM),
-    ("PROF", libc::SIGPROF),
-    ("XCPU", libc::SIGXCPU),
-    ("XFSZ", libc::SIGXFSZ),
-    ("IOT", libc::SIGIOT),
-    #[cfg(target_os = "macos")]
-    ("EMT", libc::SIGEMT),
-    #[cfg(target_os = "linux")]
-    ("CLD", libc::SIGCHLD),
-    #[cfg(target_os = "linux")]
-    ("PWR", libc::SIGPWR),
-    ("WINCH", libc::SIGWINCH),
-    #[cfg(target_os = "macos")]
-    ("INFO", libc::SIGINFO),
-    ("IO", libc::SIGIO),
-    #[cfg(target_os = "linux")]
-    ("STKFLT", libc::SIGSTKFLT),
-    ("EXIT", 0),
-];
 
 /// Formats a duration the way users typed it: `2s`, `500ms`, `1.5s`.
 pub fn show(d: Duration) -> String {
@@ -400,10 +349,10 @@ mod tests {
         assert_eq!(duration(" 7s"), Ok(Duration::from_secs(7)));
     }
 
-    /// issue 15: the cases of coreutils' timeout tests, and strtod's corners.
+    /// The cases of coreutils' timeout tests, and strtod's corners.
     #[test]
     fn durations_as_timeout_reads_them() {
-        let d = |t| gnu_duration(t);
+        let d = |t| gnu_duration(t, ".");
         assert_eq!(
             d("2.34e+5d"),
             Some(LONGEST.min(Duration::from_secs(20_217_600_000)))
@@ -433,51 +382,67 @@ mod tests {
         assert_eq!(d("0"), Some(Duration::ZERO));
         assert_eq!(d("-0"), Some(Duration::ZERO));
         assert_eq!(d("0.0e-99999"), Some(Duration::ZERO));
-        // Underflow is the shortest timeout, not none; tiny values round up to 1 ns.
-        assert_eq!(d("1e-5000"), Some(Duration::from_nanos(1)));
-        assert_eq!(d("1e-10000"), Some(Duration::from_nanos(1)));
-        assert_eq!(d("4.9e-324"), Some(Duration::from_nanos(1)));
-        assert_eq!(d("1e-10"), Some(Duration::from_nanos(1)));
-        assert_eq!(d("0x1p-5000"), Some(Duration::from_nanos(1)));
+        // 9.1: what underflows to zero, of either sign, is 0 (no timeout); what a double still
+        // holds, however small, rounds up to 1 ns.
+        for zero in [
+            "1e-5000",
+            "1e-10000",
+            "-1e-10000",
+            " -1e-10000",
+            "1e-324",
+            "-1e-400",
+            "0x1p-5000",
+            "-0x1p-5000",
+            "1e-5000d",
+        ] {
+            assert_eq!(d(zero), Some(Duration::ZERO), "{zero}");
+        }
+        for tiny in ["4.9e-324", "3e-324", "1e-310", "1e-10", "0x1p-1074"] {
+            assert_eq!(d(tiny), Some(Duration::from_nanos(1)), "{tiny}");
+        }
         assert_eq!(d(" \t1m"), Some(Duration::from_secs(60)));
+        assert_eq!(d("+.5"), Some(Duration::from_millis(500)));
+    }
+
+    /// cl_strtod: the locale's decimal point, and the C locale's too.
+    #[test]
+    fn durations_in_a_locale_with_a_decimal_comma() {
+        let d = |t| gnu_duration(t, ",");
+        assert_eq!(d("1,5"), Some(Duration::from_millis(1500)));
+        assert_eq!(d("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(d(",5m"), Some(Duration::from_secs(30)));
+        assert_eq!(d("1,"), Some(Duration::from_secs(1)));
+        assert_eq!(d("0x1,8"), Some(Duration::from_millis(1500)));
+        assert_eq!(d("1,5e-5000"), Some(Duration::ZERO));
+        for bad in ["1,5,", "1,5.", ",", "1,5 "] {
+            assert_eq!(d(bad), None, "{bad:?} accepted");
+        }
+        // A multibyte decimal point (U+066B ARABIC DECIMAL SEPARATOR).
+        assert_eq!(
+            gnu_duration("2\u{66b}5", "\u{66b}"),
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(gnu_duration("1,5", "."), None);
+    }
+
+    /// reaper's own flags keep the newer rule: underflow is the shortest timeout, never none.
+    #[test]
+    fn reapers_own_durations_never_underflow_to_none() {
+        assert_eq!(duration("1e-5000"), Ok(Duration::from_nanos(1)));
+        assert_eq!(duration("0x1p-5000"), Ok(Duration::from_nanos(1)));
+        assert!(duration("-1e-10000").is_err());
+        assert!(duration("1,5").is_err());
+        assert_eq!(duration("-0"), Ok(Duration::ZERO));
     }
 
     #[test]
     fn invalid_durations_as_timeout_refuses_them() {
         for bad in [
-            "",
-            " ",
-            "s",
-            ".",
-            "-1",
-            "-0.1",
-            " -0.1",
-            "-1e-10000",
-            " -1e-10000",
-            "-inf",
-            "nan",
-            "NaN(1)",
-            "-nan",
-            "1x",
-            "42D",
-            "1ss",
-            "1 ",
-            "1 s",
-            "1,5",
-            "1e",
-            "1e+",
-            "1e-s",
-            "1..2",
-            "abc",
-            "0x",
-            "0xg",
-            "1ms",
-            "infinit",
-            "1.5.",
-            "--1",
-            "+-1",
+            "", " ", "s", ".", "-1", "-0.1", " -0.1", "-1e-310", "-inf", "-1e400", "nan", "NaN(1)",
+            "-nan", "1x", "42D", "1ss", "1 ", "1 s", "1,5", "1e", "1e+", "1e-s", "1..2", "abc",
+            "0x", "0xg", "1ms", "infinit", "1.5.", "0x.p1", "0x1p", ".e1", "0e", "--1", "+-1",
         ] {
-            assert_eq!(gnu_duration(bad), None, "{bad:?} accepted");
+            assert_eq!(gnu_duration(bad, "."), None, "{bad:?} accepted");
         }
         assert!(duration("1ms").is_ok());
         assert!(duration("1 ms").is_err());
@@ -504,10 +469,25 @@ mod tests {
         assert_eq!(s("143"), Some(15));
         assert_eq!(s("128"), Some(0));
         assert_eq!(s("271"), Some(15));
+        assert_eq!(s("256"), Some(0));
         assert_eq!(s("RTMIN"), Some(34));
         assert_eq!(s("RTMIN+1"), Some(35));
         assert_eq!(s("RTMAX-1"), Some(63));
         assert_eq!(s("SIGRTMAX"), Some(64));
+        // str2sig after `SIG`: a number, and strtol's reading of an offset.
+        assert_eq!(s("SIG15"), Some(15));
+        assert_eq!(s("sig9"), Some(9));
+        assert_eq!(s("SIG0"), Some(0));
+        assert_eq!(s("SIG00"), Some(0));
+        assert_eq!(s("SIG64"), Some(64));
+        assert_eq!(s("SIGEXIT"), Some(0));
+        assert_eq!(s("exit"), Some(0));
+        assert_eq!(s("RTMIN 1"), Some(35));
+        assert_eq!(s("rtmin\t+1"), Some(35));
+        assert_eq!(s("RTMIN01"), Some(35));
+        assert_eq!(s("RTMIN-0"), Some(34));
+        assert_eq!(s("RTMAX 0"), Some(64));
+        assert_eq!(s("SIGRTMAX-30"), Some(34));
         for bad in [
             "",
             "invalid",
@@ -525,6 +505,22 @@ mod tests {
             "SIG",
             "SIGSIGTERM",
             "1.0",
+            "383",
+            "384",
+            "2147483648",
+            "4294967311",
+            "SIG32",
+            "SIG65",
+            "SIG 9",
+            "SIG+9",
+            "SIG-9",
+            "SIG9 ",
+            "SIG099999999999999999999",
+            "RTMIN ",
+            "RTMIN+",
+            "RTMAX1",
+            "RTMAX-31",
+            "RTMIN+0x1",
         ] {
             assert_eq!(s(bad), None, "{bad:?} accepted");
         }

@@ -3,6 +3,7 @@
 //! its exit statuses — turned into a `reaper run` of the whole tree (src/cli/run.rs).
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
 use std::time::Duration;
 
 use super::parse::{self, SigSpec};
@@ -28,9 +29,7 @@ const LONG: &[(&str, bool)] = &[
 /// `name` is how the messages name the program: argv[0] for the link (as coreutils does),
 /// `reaper timeout` for the subcommand. `args` are the arguments after it.
 pub fn main(name: &str, args: Vec<OsString>) -> u8 {
-    let quoting = Quoting::from_locale();
-    QUOTING.get_or_init(|| quoting);
-    match parse_args(name, &args) {
+    match parse_args(name, &args, &locale().radix) {
         Ok(Parsed::Run(a)) => super::run::main(*a),
         Ok(Parsed::Help) => {
             out!("{}", help(name));
@@ -56,7 +55,7 @@ pub fn main(name: &str, args: Vec<OsString>) -> u8 {
 /// Whether `args` (after the program's name) run a command that wants a guardian: `main` forks
 /// it before anything else when so.
 pub fn wants_guardian(args: &[OsString]) -> bool {
-    matches!(parse_args("timeout", args), Ok(Parsed::Run(a)) if a.contain.wants_guardian(&a.guard))
+    matches!(parse_args("timeout", args, &locale().radix), Ok(Parsed::Run(a)) if a.contain.wants_guardian(&a.guard))
 }
 
 enum Parsed {
@@ -65,19 +64,38 @@ enum Parsed {
     Version,
 }
 
-/// The arguments as timeout(1)'s getopt_long(3) with `+k:s:v` reads them; `Err(message)` is a
-/// usage error (the message, if any, goes before the `Try … --help` line).
-fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
+/// The arguments as timeout(1)'s getopt_long(3) with `+k:s:v` reads them, durations with the
+/// locale's decimal point `radix`; `Err(message)` is a usage error (the message, if any, goes
+/// before the `Try … --help` line).
+fn parse_args(name: &str, args: &[OsString], radix: &str) -> Result<Parsed, Option<String>> {
     let mut kill_after = None;
     let mut signal = SigSpec::TERM;
     let (mut verbose, mut foreground, mut preserve) = (false, false, false);
     let mut i = 0;
     let text = |a: &OsStr| a.to_string_lossy().into_owned();
-    let interval = |v: &str| {
-        parse::gnu_duration(v).ok_or_else(|| Some(format!("invalid time interval {}", quote(v))))
+    // Values stay bytes until read, so that a message quotes them as given (`'\377'`).
+    let interval = |v: &OsStr| {
+        v.to_str()
+            .and_then(|t| parse::gnu_duration(t, radix))
+            .ok_or_else(|| Some(format!("invalid time interval {}", quote(v))))
     };
-    let sig =
-        |v: &str| parse::gnu_signal(v).ok_or_else(|| Some(format!("{}: invalid signal", quote(v))));
+    let sig = |v: &OsStr| {
+        v.to_str()
+            .and_then(parse::gnu_signal)
+            .ok_or_else(|| Some(format!("{}: invalid signal", quote(v))))
+    };
+    // The bytes of `args[n]` from `at` on (after an ASCII prefix, the same in the lossy text).
+    let tail = |n: usize, at: usize| {
+        OsStr::from_bytes(args[n].as_bytes().get(at..).unwrap_or_default()).to_owned()
+    };
+    // …and after its first `=`.
+    let after_eq = |n: usize| {
+        let b = args[n].as_bytes();
+        tail(
+            n,
+            b.iter().position(|&c| c == b'=').map_or(b.len(), |p| p + 1),
+        )
+    };
     while i < args.len() {
         let a = text(&args[i]);
         if a == "--" {
@@ -90,7 +108,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
         i += 1;
         if let Some(long) = a.strip_prefix("--") {
             let (key, inline) = match long.split_once('=') {
-                Some((k, v)) => (k, Some(v.to_owned())),
+                Some((k, _)) => (k, Some(after_eq(i - 1))),
                 None => (long, None),
             };
             let exact = LONG.iter().find(|(n, _)| *n == key);
@@ -112,7 +130,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
                     Some(v) => Some(v),
                     None if i < args.len() => {
                         i += 1;
-                        Some(text(&args[i - 1]))
+                        Some(args[i - 1].clone())
                     }
                     None => return Err(Some(format!("option '--{opt}' requires an argument"))),
                 }
@@ -138,12 +156,13 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
             match c {
                 'v' => verbose = true,
                 'k' | 's' => {
-                    let rest = &a[1 + at + 1..];
+                    // `-` and the options before this one are ASCII.
+                    let rest = tail(i - 1, 1 + at + 1);
                     let v = if !rest.is_empty() {
-                        rest.to_owned()
+                        rest
                     } else if i < args.len() {
                         i += 1;
-                        text(&args[i - 1])
+                        args[i - 1].clone()
                     } else {
                         return Err(Some(format!("option requires an argument -- '{c}'")));
                     };
@@ -161,7 +180,7 @@ fn parse_args(name: &str, args: &[OsString]) -> Result<Parsed, Option<String>> {
     if args.len() - i < 2 {
         return Err(None);
     }
-    let duration = interval(&text(&args[i]))?;
+    let duration = interval(&args[i])?;
     // -k 0 is no -k at all, as with timeout(1).
     let kill_after = kill_after.filter(|d: &Duration| !d.is_zero());
     Ok(Parsed::Run(Box::new(RunArgs {
@@ -307,34 +326,66 @@ pub enum Quoting {
     Utf8,
 }
 
-static QUOTING: std::sync::OnceLock<Quoting> = std::sync::OnceLock::new();
+/// What timeout(1) takes from the locale the environment names (setlocale(LC_ALL, "")).
+struct Locale {
+    quoting: Quoting,
+    /// The decimal point strtod(3) reads (`.`, `,` in de_DE).
+    radix: String,
+}
 
-impl Quoting {
-    /// The character set of the locale the environment names, as setlocale(3) resolves it (a
-    /// locale that is not installed is C).
-    fn from_locale() -> Quoting {
-        // SAFETY: setlocale and nl_langinfo are not thread-safe; this runs on the main thread
-        // before any other thread exists (the runtime starts later), and LC_CTYPE is put back
-        // to "C" at once (Rust's std does not use the locale).
+static LOCALE: std::sync::OnceLock<Locale> = std::sync::OnceLock::new();
+
+/// The locale, read once; the first call is on the main thread before any other thread exists
+/// (`main`, `wants_guardian`), as setlocale(3) requires.
+fn locale() -> &'static Locale {
+    LOCALE.get_or_init(Locale::read)
+}
+
+impl Locale {
+    /// As setlocale(3) resolves the environment (a locale that is not installed is C).
+    fn read() -> Locale {
+        // SAFETY: setlocale, nl_langinfo and localeconv are not thread-safe; this runs on the
+        // main thread before any other thread exists (the runtime starts later), each category
+        // is put back to "C" at once (Rust's std does not use the locale), and what the
+        // returned pointers point to is copied before that.
         unsafe {
-            if libc::setlocale(libc::LC_CTYPE, c"".as_ptr()).is_null() {
-                return Quoting::Ascii;
-            }
-            let cs = libc::nl_langinfo(libc::CODESET);
-            let utf8 = !cs.is_null() && std::ffi::CStr::from_ptr(cs).to_bytes() == b"UTF-8";
-            libc::setlocale(libc::LC_CTYPE, c"C".as_ptr());
-            if utf8 {
-                Quoting::Utf8
-            } else {
+            let quoting = if libc::setlocale(libc::LC_CTYPE, c"".as_ptr()).is_null() {
                 Quoting::Ascii
+            } else {
+                let cs = libc::nl_langinfo(libc::CODESET);
+                let utf8 = !cs.is_null() && std::ffi::CStr::from_ptr(cs).to_bytes() == b"UTF-8";
+                libc::setlocale(libc::LC_CTYPE, c"C".as_ptr());
+                if utf8 {
+                    Quoting::Utf8
+                } else {
+                    Quoting::Ascii
+                }
+            };
+            let mut radix = ".".to_owned();
+            if !libc::setlocale(libc::LC_NUMERIC, c"".as_ptr()).is_null() {
+                let lc = libc::localeconv();
+                if !lc.is_null() && !(*lc).decimal_point.is_null() {
+                    let point = std::ffi::CStr::from_ptr((*lc).decimal_point);
+                    if let Ok(p) = point.to_str() {
+                        if !p.is_empty() {
+                            radix = p.to_owned();
+                        }
+                    }
+                }
+                libc::setlocale(libc::LC_NUMERIC, c"C".as_ptr());
             }
+            Locale { quoting, radix }
         }
     }
 }
 
-/// `s` quoted as coreutils' quote() does (locale_quoting_style).
+/// `s` quoted as coreutils' quote() does (locale_quoting_style); ASCII quotes where the locale
+/// was never read (reaper's other faces).
 pub fn quote(s: impl AsRef<OsStr>) -> String {
-    quote_as(s.as_ref(), QUOTING.get().copied().unwrap_or(Quoting::Ascii))
+    quote_as(
+        s.as_ref(),
+        LOCALE.get().map_or(Quoting::Ascii, |l| l.quoting),
+    )
 }
 
 fn quote_as(s: &OsStr, q: Quoting) -> String {
@@ -402,6 +453,7 @@ mod tests {
         parse_args(
             "timeout",
             &args.iter().map(OsString::from).collect::<Vec<_>>(),
+            ".",
         )
     }
 
