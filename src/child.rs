@@ -212,6 +212,15 @@ impl Child {
         }
     }
 
+    /// How the leader ended, once it has been reaped.
+    pub fn leader_status(&self) -> Option<crate::ExitStatus> {
+        match (&self.sup, &self.outcome) {
+            (Some(s), _) => s.run.leader.status,
+            (None, Some(o)) => o.leader_status,
+            (None, None) => None,
+        }
+    }
+
     /// The caller is about to stop the leader itself (a check's interrupt): such a stop is not
     /// the user's Ctrl-Z, so it is not passed on to this process's job.
     pub fn end_job_control(&mut self) {

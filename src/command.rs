@@ -115,21 +115,93 @@ pub enum Delegation {
     Never,
 }
 
-/// How a run is contained, as [`Command`]'s setters leave it.
+/// How a run is contained: what [`Command`]'s containment setters set, as one value that many
+/// commands can share ([`Command::contain`]): a server that runs many commands keeps one.
 #[derive(Debug, Clone)]
-pub(crate) struct Options {
-    pub containment: Containment,
-    pub cgroup_parent: Option<PathBuf>,
-    pub poll: Duration,
-    pub guardian: Option<Arc<Guardian>>,
-    pub delegation: Delegation,
-    pub limits: Limits,
-    pub sandbox: Option<Sandbox>,
+pub struct ContainOptions {
+    pub(crate) containment: Containment,
+    pub(crate) cgroup_parent: Option<PathBuf>,
+    pub(crate) poll: Duration,
+    pub(crate) guardian: Option<Arc<Guardian>>,
+    pub(crate) delegation: Delegation,
+    pub(crate) limits: Limits,
+    pub(crate) sandbox: Option<Sandbox>,
 }
 
-impl Default for Options {
+pub(crate) use ContainOptions as Options;
+
+impl ContainOptions {
+    /// Tries the containment these options get (a run cgroup is made and removed) and says
+    /// whether concurrent runs get trees of their own: they do with cgroups; the subreaper
+    /// backend holds this process's whole subtree as one, so stopping one run would stop the
+    /// others. When `Auto` got a cgroup, pins these options to [`Containment::Cgroup`]: a run
+    /// that later cannot get one fails and says why, instead of falling back into a subtree it
+    /// would share. Fails when there are limits and no run could get them. For a server that
+    /// runs commands side by side; runs them one at a time when this says false.
+    pub async fn keep_runs_apart(&mut self) -> Result<bool, crate::ContainError> {
+        crate::containment::select::isolated(self).await
+    }
+
+    /// The limits these options set.
+    pub fn get_limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The guardian these options pass on, if any.
+    pub fn get_guardian(&self) -> Option<&Arc<Guardian>> {
+        self.guardian.as_ref()
+    }
+}
+
+impl ContainOptions {
+    /// How to contain the tree.
+    pub fn containment(&mut self, c: Containment) -> &mut Self {
+        self.containment = c;
+        self
+    }
+
+    /// Creates the run's cgroup under this cgroup (a directory under the cgroup2 mount, or a
+    /// path relative to it) instead of this process's own.
+    pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Self {
+        self.cgroup_parent = Some(dir.as_ref().to_owned());
+        self
+    }
+
+    /// [`Containment::Pgid`]: the slowest interval between two looks at the process table.
+    pub fn poll(&mut self, every: Duration) -> &mut Self {
+        self.poll = every;
+        self
+    }
+
+    /// Under systemd: whether to ask for a delegated scope first.
+    pub fn delegation(&mut self, d: Delegation) -> &mut Self {
+        self.delegation = d;
+        self
+    }
+
+    /// Resource limits for the whole tree (cgroup backend only: anything else refuses them).
+    pub fn limits(&mut self, limits: Limits) -> &mut Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Starts the command in a sandbox it cannot undo (see [`Sandbox`]).
+    pub fn sandbox(&mut self, sandbox: Option<Sandbox>) -> &mut Self {
+        self.sandbox = sandbox;
+        self
+    }
+
+    /// A guardian that kills and removes the run's cgroup if this process is SIGKILLed (see
+    /// [`Guardian`]). Off by default.
+    pub fn guardian(&mut self, guardian: Arc<Guardian>) -> &mut Self {
+        self.guardian = Some(guardian);
+        self
+    }
+}
+
+impl Default for ContainOptions {
     fn default() -> Self {
-        Options {
+        ContainOptions {
             containment: Containment::Auto,
             cgroup_parent: None,
             poll: Duration::from_millis(50),
@@ -258,47 +330,56 @@ impl Command {
         self
     }
 
-    /// How to contain the tree.
+    /// How to contain the tree, all of it (replaces what the setters below set).
+    pub fn contain(&mut self, options: ContainOptions) -> &mut Self {
+        self.options = options;
+        self
+    }
+
+    /// How the tree is contained now, to share with other commands.
+    pub fn get_contain(&self) -> &ContainOptions {
+        &self.options
+    }
+
+    /// How to contain the tree ([`ContainOptions::containment`]).
     pub fn containment(&mut self, c: Containment) -> &mut Self {
-        self.options.containment = c;
+        self.options.containment(c);
         self
     }
 
-    /// Creates the run's cgroup under this cgroup (a directory under the cgroup2 mount, or a
-    /// path relative to it) instead of this process's own.
+    /// Where the run's cgroup is made ([`ContainOptions::cgroup_parent`]).
     pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Self {
-        self.options.cgroup_parent = Some(dir.as_ref().to_owned());
+        self.options.cgroup_parent(dir);
         self
     }
 
-    /// [`Containment::Pgid`]: the slowest interval between two looks at the process table.
+    /// [`Containment::Pgid`]'s poll interval ([`ContainOptions::poll`]).
     pub fn poll(&mut self, every: Duration) -> &mut Self {
-        self.options.poll = every;
+        self.options.poll(every);
         self
     }
 
-    /// Under systemd: whether to ask for a delegated scope first.
+    /// Under systemd, a delegated scope first ([`ContainOptions::delegation`]).
     pub fn delegation(&mut self, d: Delegation) -> &mut Self {
-        self.options.delegation = d;
+        self.options.delegation(d);
         self
     }
 
-    /// Resource limits for the whole tree (cgroup backend only: anything else refuses them).
+    /// Resource limits for the whole tree ([`ContainOptions::limits`]).
     pub fn limits(&mut self, limits: Limits) -> &mut Self {
-        self.options.limits = limits;
+        self.options.limits(limits);
         self
     }
 
-    /// Starts the command in a sandbox it cannot undo (see [`Sandbox`]).
+    /// A sandbox the command cannot undo ([`ContainOptions::sandbox`]).
     pub fn sandbox(&mut self, sandbox: Option<Sandbox>) -> &mut Self {
-        self.options.sandbox = sandbox;
+        self.options.sandbox(sandbox);
         self
     }
 
-    /// A guardian that kills and removes the run's cgroup if this process is SIGKILLed (see
-    /// [`Guardian`]). Off by default.
+    /// This process's guardian ([`ContainOptions::guardian`]).
     pub fn guardian(&mut self, guardian: Arc<Guardian>) -> &mut Self {
-        self.options.guardian = Some(guardian);
+        self.options.guardian(guardian);
         self
     }
 

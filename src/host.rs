@@ -271,6 +271,23 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
     r
 }
 
+/// Whether a run of this process gets a cgroup of its own here as things are, without asking
+/// systemd for a delegated scope: a run cgroup is created where it would be, and removed.
+pub fn cgroup_writable() -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        setup::discover()
+            .and_then(|env| env.placement(None))
+            .and_then(|p| setup::create_run_cgroup(&p))
+            .map(|mut b| {
+                let _ = b.release();
+            })
+            .is_ok()
+    }
+    #[cfg(not(target_os = "linux"))]
+    false
+}
+
 /// The parts of the sandbox, in the order a leader sets them up.
 #[cfg(target_os = "linux")]
 const SANDBOX_PARTS: &[&str] = &[
@@ -288,7 +305,10 @@ const SANDBOX_PARTS: &[&str] = &[
 /// closed when it is.
 #[cfg(target_os = "linux")]
 const ROUTES: [(&str, &str); 4] = [
-    ("a write to the cgroup2 root's cgroup.procs", "read-only mount"),
+    (
+        "a write to the cgroup2 root's cgroup.procs",
+        "read-only mount",
+    ),
     ("clone3(CLONE_INTO_CGROUP) into the cgroup2 root", "seccomp"),
     (
         "a new cgroup namespace (for a writable cgroup2 mount)",
@@ -630,9 +650,11 @@ pub fn diagnose(_delegation: crate::Delegation, _guardian: Option<&crate::Guardi
     r
 }
 
-/// Both fallbacks contain a setsid() escapee; they differ in what they cannot do.
+/// Without a run cgroup: what tells the subreaper and pgid backends apart (both contain a
+/// setsid() escapee; they differ in what they cannot do). `pgid`: the process table can be
+/// read here.
 #[cfg(target_os = "linux")]
-fn without_cgroup(pgid: bool) -> String {
+pub fn without_cgroup(pgid: bool) -> String {
     let mut s = "subreaper (what auto picks) catches every orphan of the tree, however fast it \
                  escapes, but treats all of reaper's runs as one tree: concurrent `reaper mcp` \
                  calls stop each other's processes, so mcp runs them one at a time"

@@ -79,14 +79,16 @@ mod run;
 pub mod supervise;
 
 pub use child::Child;
-pub use command::{Command, Containment, Delegation, Sandbox, Stdio, DEFAULT_GRACE};
+pub use command::{
+    Command, ContainOptions, Containment, Delegation, Sandbox, Stdio, DEFAULT_GRACE,
+};
 pub use containment::limits::{Limits, Usage};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
 pub use error::{ContainError, ContainErrorKind, Error, SandboxError};
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
-pub use outcome::{ExitStatus, Outcome, StopReason};
+pub use outcome::{status_parts, ExitStatus, Outcome, StopReason};
 pub use process::{BackendKind, Escapee, Process};
 pub use reaper_platform::Signal;
 
@@ -98,4 +100,13 @@ pub use reaper_platform::Signal;
 /// runs — the `reaper` binary, an init — since their exit statuses are then reaper's.
 pub fn own_every_child() -> std::io::Result<()> {
     run::own_every_child()
+}
+
+/// Reaps, without waiting, every exited child this process may reap: the runs' leaders (their
+/// statuses kept for their runs) and, after [`own_every_child`], any other child — the orphans
+/// of runs that came back to this process. A server that runs commands side by side calls it on
+/// every SIGCHLD, so that no zombie waits for the next run. Returns how many it reaped besides
+/// leaders.
+pub fn reap_exited_children() -> usize {
+    reaper_platform::reap::reap_orphans()
 }

@@ -278,7 +278,12 @@ impl Requests {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        for t in self.tasks.get_mut().unwrap_or_else(|p| p.into_inner()).iter() {
+        for t in self
+            .tasks
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+        {
             t.abort();
         }
     }
@@ -530,11 +535,14 @@ impl Supervisor {
         if self.kill {
             spec = StopSpec::KILL;
         }
-        if let (false, Escalation::AfterLeader {
-            kill_after,
-            foreground,
-            announce,
-        }) = (self.kill, &plan.escalation)
+        if let (
+            false,
+            Escalation::AfterLeader {
+                kill_after,
+                foreground,
+                announce,
+            },
+        ) = (self.kill, &plan.escalation)
         {
             if matches!(reason, StopReason::Timeout | StopReason::Signal) {
                 let (end, timed_out) = self
@@ -702,6 +710,3 @@ async fn sleep_until(at: Option<Instant>) {
         None => std::future::pending().await,
     }
 }
-
-#[cfg(all(test, target_os = "linux"))]
-mod tests;

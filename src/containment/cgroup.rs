@@ -284,10 +284,9 @@ impl CgroupBackend {
             .into_iter()
             .map(|(s, cg)| {
                 let member = Process::from(s);
-                match seen
-                    .iter()
-                    .find(|e| e.process.pid == member.pid && e.process.starttime == member.starttime)
-                {
+                match seen.iter().find(|e| {
+                    e.process.pid == member.pid && e.process.starttime == member.starttime
+                }) {
                     Some(e) => e.clone(),
                     None => {
                         let e = Escapee {
@@ -358,10 +357,10 @@ impl CgroupBackend {
             .path()
             .parent()
             .ok_or_else(|| {
-                Error::new(Kind::Io, format!(
-                    "run cgroup {} has no parent",
-                    self.cgroup.path().display()
-                ))
+                Error::new(
+                    Kind::Io,
+                    format!("run cgroup {} has no parent", self.cgroup.path().display()),
+                )
                 .on(self.cgroup.path())
             })?
             .to_owned();
@@ -640,6 +639,24 @@ impl Backend for CgroupBackend {
         self.cgroup.remove_subtree()?;
         self.released = true;
         Ok(())
+    }
+
+    fn cleanup_later(&mut self) -> Option<Box<dyn FnOnce(std::time::Instant) + Send>> {
+        if self.released {
+            return None;
+        }
+        self.released = true;
+        let cg = self.cgroup.clone();
+        Some(Box::new(move |deadline| {
+            // The tree was killed (`cgroup.kill`): it empties within milliseconds, or never
+            // (a process in uninterruptible sleep), which the deadline bounds.
+            while cg.populated().unwrap_or(false) && std::time::Instant::now() < deadline {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            if let Err(e) = cg.remove_subtree() {
+                tracing::warn!("a dropped run's cgroup is left in place: {e}");
+            }
+        }))
     }
 
     fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {

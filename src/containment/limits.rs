@@ -195,11 +195,14 @@ mod linux {
             } else {
                 ("needs", "controller", "is")
             };
-            return Err(Error::new(Kind::LimitUnavailable, format!(
+            return Err(Error::new(
+                Kind::LimitUnavailable,
+                format!(
                 "{flags} {need} the cgroup v2 {names} {ctl}, which {is} not available in {dir} \
                  (its cgroup.controllers lists: {listed}); {todo}; a limit is never dropped, so \
                  the run did not start"
-            )));
+            ),
+            ));
         }
         let to_enable: Vec<&'static str> = needed
             .iter()
@@ -220,14 +223,17 @@ mod linux {
                 .filter(|(c, _)| to_enable.contains(c))
                 .map(|(_, f)| *f));
             let need = if to_enable.len() > 1 { "need" } else { "needs" };
-            return Err(Error::new(Kind::LimitUnavailable, format!(
+            return Err(Error::new(
+                Kind::LimitUnavailable,
+                format!(
                 "{flags} {need} the {} controller enabled in {dir}/cgroup.subtree_control, and \
                  {dir} is not reaper's to change ({why}): name a cgroup of yours with \
                  --cgroup-parent (mkdir it under the cgroup2 mount), or run reaper under \
                  systemd, which delegates a scope to it; a limit is never dropped, so the run \
                  did not start",
                 and(to_enable.iter().copied())
-            )));
+            ),
+            ));
         }
         Ok(to_enable)
     }
@@ -244,9 +250,10 @@ mod linux {
                 ""
             };
             let errno = e.source.raw_os_error();
-            Error::new(Kind::LimitUnavailable, format!(
-                "cannot enable the controllers for the limits: {e}{busy}"
-            ))
+            Error::new(
+                Kind::LimitUnavailable,
+                format!("cannot enable the controllers for the limits: {e}{busy}"),
+            )
             .on(&e.path)
             .with_errno(errno)
         })
@@ -255,9 +262,8 @@ mod linux {
     /// Sets the limits on a fresh run cgroup, before anything runs in it.
     pub fn apply(cg: &Cgroup, limits: &Limits) -> Result<(), Error> {
         let set = |file: &str, v: &str, flag: &str| {
-            controllers::set(cg, file, v).map_err(|e| {
-                Error::new(Kind::LimitUnavailable, format!("cannot set {flag}: {e}"))
-            })
+            controllers::set(cg, file, v)
+                .map_err(|e| Error::new(Kind::LimitUnavailable, format!("cannot set {flag}: {e}")))
         };
         if let Some(bytes) = limits.memory_max {
             set("memory.max", &bytes.to_string(), "--memory-max")?;

@@ -103,6 +103,12 @@ pub trait Backend {
     async fn wait_empty(&mut self, deadline: Instant) -> bool;
     /// Gives back what the backend holds (the cgroup directory). Call when empty.
     fn release(&mut self) -> Result<(), Error>;
+    /// For a run dropped before its end, after [`Backend::kill_all`]: the rest of its cleanup
+    /// (wait for the kernel to empty the tree, then what `release` does), synchronous, for a
+    /// thread of its own; the backend then holds nothing any more. `None`: nothing to do.
+    fn cleanup_later(&mut self) -> Option<Box<dyn FnOnce(std::time::Instant) + Send>> {
+        None
+    }
     /// Ends containment without stopping anyone (`check --keep`): what is alive keeps running
     /// with `limits`. Returns where it lives now (a cgroup named out of every sweep's reach), or
     /// `None` where the processes simply stay reaper's descendants (reparented when it exits).
@@ -204,6 +210,9 @@ impl Backend for AnyBackend {
     }
     fn release(&mut self) -> Result<(), Error> {
         each!(self, b => b.release())
+    }
+    fn cleanup_later(&mut self) -> Option<Box<dyn FnOnce(std::time::Instant) + Send>> {
+        each!(self, b => b.cleanup_later())
     }
     fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {
         each!(self, b => b.keep(limits))

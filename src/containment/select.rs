@@ -30,11 +30,14 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
         if opts.cgroup_parent.is_none() {
             use containment::delegate::{self, Delegation};
             if let Delegation::Failed { why } = delegate::ensure(opts.delegation).await {
-                return Err(Error::new(Kind::NotDelegated, format!(
+                return Err(Error::new(
+                    Kind::NotDelegated,
+                    format!(
                     "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
                      another unit (--delegate never does it anyway; --cgroup-parent names a \
                      cgroup of yours)"
-                )));
+                ),
+                ));
             }
         }
         let env = setup::discover()?;
@@ -71,11 +74,14 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
         if opts.limits.is_empty() {
             Ok(())
         } else {
-            Err(Error::new(Kind::LimitUnavailable, format!(
-                "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
+            Err(Error::new(
+                Kind::LimitUnavailable,
+                format!(
+                    "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
                  enforce it; a limit is never dropped, so the run did not start",
-                opts.limits.flags()
-            )))
+                    opts.limits.flags()
+                ),
+            ))
         }
     };
     #[cfg(target_os = "linux")]
@@ -97,9 +103,10 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
                 AnyBackend::Subreaper(b)
             })
             .map_err(|e| {
-                Error::new(Kind::NoSubreaper, format!(
-                    "cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}"
-                ))
+                Error::new(
+                    Kind::NoSubreaper,
+                    format!("cannot become a child subreaper (prctl PR_SET_CHILD_SUBREAPER): {e}"),
+                )
             })
     };
     let pgid = || {
@@ -109,9 +116,10 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
         containment::pgid::PgidBackend::new(schedule)
             .map(AnyBackend::Pgid)
             .map_err(|e| {
-                Error::new(Kind::NoProcessTable, format!(
-                    "cannot read the process table for the pgid backend: {e}"
-                ))
+                Error::new(
+                    Kind::NoProcessTable,
+                    format!("cannot read the process table for the pgid backend: {e}"),
+                )
             })
     };
     match opts.containment {
@@ -213,11 +221,14 @@ pub fn auto_choice(found: Found) -> Option<BackendKind> {
 #[cfg(target_os = "linux")]
 fn foreign_proc(backend: &str) -> Result<(), Error> {
     if reaper_platform::linux::procfs::is_foreign() {
-        return Err(Error::new(Kind::NoProcessTable, format!(
-            "the {backend} backend cannot work here: /proc shows another PID namespace than \
+        return Err(Error::new(
+            Kind::NoProcessTable,
+            format!(
+                "the {backend} backend cannot work here: /proc shows another PID namespace than \
              reaper's (a PID namespace entered without a /proc of its own); mount one for this \
              namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
-        )));
+            ),
+        ));
     }
     Ok(())
 }

@@ -40,10 +40,9 @@ pub fn discover() -> Result<CgroupEnv, Error> {
     let (mount, hybrid) = mounts()?;
     // Read at every discovery: reaper's own cgroup can change under it (systemd delegation
     // moves it into a scope; anyone with the right may move it). One read for the usual size.
-    let pc = read_small("/proc/self/cgroup")
-        .map_err(|e| {
-            Error::io(Kind::NoCgroup2, "cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup")
-        })?;
+    let pc = read_small("/proc/self/cgroup").map_err(|e| {
+        Error::io(Kind::NoCgroup2, "cannot read /proc/self/cgroup", &e).on("/proc/self/cgroup")
+    })?;
     let mut own_path = mountinfo::unified_cgroup_path(&pc).ok_or_else(|| {
         Error::new(
             Kind::NoCgroup2,
@@ -185,12 +184,15 @@ impl CgroupEnv {
             Err(_) => mp.join(requested.strip_prefix("/").unwrap_or(requested)),
         };
         let refuse = |why: String| {
-            Error::new(Kind::ParentRefused, format!(
-                "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
+            Error::new(
+                Kind::ParentRefused,
+                format!(
+                    "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
                  the cgroup2 mount {} (create it first: mkdir)",
-                requested.display(),
-                mp.display()
-            ))
+                    requested.display(),
+                    mp.display()
+                ),
+            )
             .on(requested)
         };
         // Resolved first (`..`, symlinks), so what is checked is what will be used, and no
@@ -330,11 +332,14 @@ fn create_owned(
             }
         }
     }
-    Err(Error::new(Kind::Claimed, format!(
-        "every cgroup reaper created under {} was claimed by another reaper's stale-cgroup \
+    Err(Error::new(
+        Kind::Claimed,
+        format!(
+            "every cgroup reaper created under {} was claimed by another reaper's stale-cgroup \
          sweep before reaper could lock it ({CLAIM_ATTEMPTS} tries); try again",
-        dir.display()
-    )))
+            dir.display()
+        ),
+    ))
 }
 
 /// How many fresh cgroups [`create_owned`] makes before giving up to sweeps that claim them.

@@ -16,7 +16,7 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use super::{BackendKind, Capabilities, Backend, Error, Process};
+use super::{Backend, BackendKind, Capabilities, Error, Process};
 
 pub struct SubreaperBackend {
     self_pid: i32,

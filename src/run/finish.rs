@@ -9,8 +9,8 @@ use tokio::time::Instant;
 
 use super::stop::KILL_DEADLINE;
 use super::Run;
-use crate::{Event, Outcome, StopReason};
 use crate::containment::{self, Backend, Process};
+use crate::{Event, Outcome, StopReason};
 
 impl Run {
     /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
@@ -122,19 +122,52 @@ impl Run {
     }
 }
 
-/// A run dropped without `finish` (a panicking MCP call, an early return) must not leave its
-/// tree running: one synchronous SIGKILL sweep (cgroup.kill for the cgroup backend). The
-/// cgroup itself is left to the guardian, which removes it when reaper says `done` or exits.
+/// A run dropped without `finish` (a [`crate::Child`] dropped, a panicking task, an early
+/// return) must not leave its tree running: one synchronous SIGKILL of the whole tree
+/// (`cgroup.kill` for the cgroup backend), then, on a thread of its own, the wait for the kernel
+/// to empty it, the containment removed and the leader reaped, all bounded by
+/// [`KILL_DEADLINE`].
 impl Drop for Run {
     fn drop(&mut self) {
-        if !self.ended {
-            let killed = self.backend.kill_all();
-            tracing::warn!(
-                "run of {:?} dropped before its end; killed {} process(es)",
-                self.argv.first(),
-                killed.len()
-            );
-            reap::reap_orphans();
+        if self.ended {
+            return;
+        }
+        let killed = self.backend.kill_all();
+        tracing::debug!(
+            "run of {:?} dropped before its end; killed {} process(es)",
+            self.argv.first(),
+            killed.len()
+        );
+        let cleanup = self.backend.cleanup_later();
+        let leader = self.leader.handle.try_clone().ok();
+        let pid = self.leader.handle.pid();
+        let gone = self.leader.gone;
+        let reap_leader = move |deadline: std::time::Instant| {
+            if gone {
+                reap::unregister_leader(pid);
+                return;
+            }
+            let Some(h) = leader else { return };
+            while std::time::Instant::now() < deadline {
+                match reap::try_reap_leader(&h) {
+                    Ok(Some(_)) | Err(_) => break,
+                    Ok(None) => std::thread::sleep(std::time::Duration::from_millis(2)),
+                }
+            }
+            reap::unregister_leader(pid);
+        };
+        let deadline = std::time::Instant::now() + KILL_DEADLINE;
+        let work = move || {
+            if let Some(c) = cleanup {
+                c(deadline);
+            }
+            reap_leader(deadline);
+        };
+        if let Err(e) = std::thread::Builder::new()
+            .name("reaper-cleanup".into())
+            .spawn(work)
+        {
+            tracing::warn!("cannot clean up after a dropped run ({e}): its cgroup is left to the guardian or the next sweep");
         }
     }
 }

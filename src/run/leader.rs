@@ -10,8 +10,8 @@ use tokio::signal::unix::Signal as SignalStream;
 use tokio::time::Instant;
 
 use crate::event::{Event, EventSink};
-use crate::outcome;
 use crate::guardian::Guardian;
+use crate::outcome;
 
 /// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
 /// kept once known.

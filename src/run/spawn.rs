@@ -100,7 +100,9 @@ impl Command {
             cmd.current_dir(d);
         }
         let [i, o, e] = std::mem::take(&mut self.stdio);
-        cmd.stdin(std_stdio(i)).stdout(std_stdio(o)).stderr(std_stdio(e));
+        cmd.stdin(std_stdio(i))
+            .stdout(std_stdio(o))
+            .stderr(std_stdio(e));
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         cmd
     }
@@ -258,9 +260,7 @@ pub(crate) fn spawn(
             if plan.unprivileged()
                 && reaper_platform::linux::namespaces::unprivileged_userns() == Some(false)
             {
-                return Err(Failure::Sandbox(
-                    SandboxError::NoUnprivilegedUserNamespaces,
-                ));
+                return Err(Failure::Sandbox(SandboxError::NoUnprivilegedUserNamespaces));
             }
             Some(plan)
         }
@@ -276,7 +276,9 @@ pub(crate) fn spawn(
             }
             Err(CloneError::Failed(e)) => return Err(Failure::Io(cmd.explain(e))),
             Err(CloneError::Unsupported(e)) if plan.is_some() => {
-                return Err(Failure::Sandbox(SandboxError::NeedsClone3 { source: Some(e) }));
+                return Err(Failure::Sandbox(SandboxError::NeedsClone3 {
+                    source: Some(e),
+                }));
             }
             Err(CloneError::Unsupported(e)) => crate::containment::spawn::give_up(&e),
             Err(CloneError::CgroupRefused(e)) if plan.is_some() => {

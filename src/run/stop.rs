@@ -8,8 +8,8 @@ use reaper_platform::{reap, signal, Signal};
 use tokio::time::Instant;
 
 use super::Run;
-use crate::Event;
 use crate::containment::{self, Backend, Process};
+use crate::Event;
 
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).

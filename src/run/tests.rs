@@ -3,26 +3,24 @@
 
 use std::time::Duration;
 
-use super::error::classify_spawn_error;
 use super::*;
-use crate::containment::select::{Options, Requested};
+use crate::{Command, Containment, Error, StopReason};
 
 /// Starts `argv` with `env` on top of reaper's, contained as `requested`.
 async fn start_with(
-    requested: Requested,
+    requested: Containment,
     argv: &[&str],
     env: Vec<(String, String)>,
-) -> Result<Run, StartError> {
-    let opts = Options::plain(requested);
-    let mut cmd = LeaderCommand::new(argv[0]);
+) -> Result<Run, Error> {
+    let mut cmd = Command::new(argv[0]);
     cmd.args(&argv[1..])
         .envs(env)
-        .stdin(Io::Null)
-        .stdout(Io::Null)
-        .stderr(Io::Null);
-    Run::start(cmd, &opts, EventSink::none())
-        .await
-        .map(|(run, _)| run)
+        .stdin(crate::Stdio::Null)
+        .stdout(crate::Stdio::Null)
+        .stderr(crate::Stdio::Null)
+        .containment(requested)
+        .delegation(crate::Delegation::Never);
+    Run::start(&mut cmd).await.map(|(run, _)| run)
 }
 
 /// Starts `argv` contained in a cgroup of its own, or says why it cannot and returns `None`.
@@ -158,7 +156,14 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
 #[test]
 fn a_failed_join_is_reapers_error_naming_the_program() {
     let e = std::io::Error::other(containment::Error::join_failed());
-    let err = classify_spawn_error(e, "sleep");
+    let backend = AnyBackend::Pgid(
+        crate::containment::pgid::PgidBackend::new(crate::containment::pgid::Schedule::new(
+            Duration::from_millis(5),
+            Duration::from_millis(50),
+        ))
+        .expect("a process table"),
+    );
+    let err = spawn::classify(spawn::Failure::Io(e), &backend, "sleep");
     assert_eq!(err.exit_code(), 125);
     assert_eq!(
         err.to_string(),
@@ -169,6 +174,6 @@ fn a_failed_join_is_reapers_error_naming_the_program() {
         std::error::Error::source(&err).and_then(|c| c.downcast_ref::<containment::Error>());
     assert_eq!(
         cause.map(containment::Error::kind),
-        Some(containment::error::Kind::JoinFailed)
+        Some(crate::ContainErrorKind::JoinFailed)
     );
 }

@@ -3,6 +3,7 @@
 pub mod cgroup;
 pub mod cgroupfs;
 pub mod controllers;
+pub mod detach;
 pub mod mountinfo;
 pub mod namespaces;
 pub mod pidfd;

@@ -39,6 +39,14 @@ impl Pidfd {
         self.pid
     }
 
+    /// A second handle on the same process (the fd duplicated).
+    pub fn try_clone(&self) -> std::io::Result<Self> {
+        Ok(Self {
+            fd: self.fd.try_clone()?,
+            pid: self.pid,
+        })
+    }
+
     pub fn raw_pid(&self) -> i32 {
         self.pid.as_raw_nonzero().get()
     }

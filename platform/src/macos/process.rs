@@ -25,6 +25,14 @@ pub struct Handle {
 }
 
 impl Handle {
+    /// A second handle on the same process.
+    pub fn try_clone(&self) -> io::Result<Self> {
+        Ok(Self {
+            pid: self.pid,
+            starttime: self.starttime,
+        })
+    }
+
     /// A handle on our child `pid`, not yet reaped (so the pid is its own). Never fails; the
     /// `Result` matches Linux's `pidfd_open`.
     pub fn open(pid: Pid) -> io::Result<Self> {

@@ -19,11 +19,11 @@ macro_rules! out {
 }
 
 mod cli;
+mod coreutils;
 mod mcp;
 #[cfg(test)]
 mod plans_tests;
-
-use reaper::guardian;
+mod timeout;
 
 use clap::{Parser, Subcommand};
 
@@ -56,7 +56,7 @@ enum Cmd {
     Doctor(cli::doctor::DoctorArgs),
     /// Serve the MCP tools `codex` and `codex-reply` on stdio, each call contained.
     Mcp(cli::mcp::McpArgs),
-    /// Internal: the guardian that cleans up if reaper PID is killed.
+    /// Internal: the guardian of the reaper process PID (see `reaper::Guardian::exec`).
     #[command(hide = true)]
     Guardian { pid: i32, starttime: u64 },
 }
@@ -64,7 +64,7 @@ enum Cmd {
 fn main() -> std::process::ExitCode {
     cli::record_parent();
     let cli = parse();
-    // Before tracing and before any runtime or thread: the guardian is forked, not exec'd.
+    // Before tracing and before any runtime or thread: the guardian is forked.
     let wants_guardian = match &cli {
         Some(Ok(c)) => match &c.command {
             Cmd::Run(a) => a.contain.wants_guardian(&a.guard),
@@ -75,12 +75,15 @@ fn main() -> std::process::ExitCode {
             _ => false,
         },
         Some(Err(_)) => false,
-        None => timeout_args().is_some_and(|args| cli::timeout::wants_guardian(&args)),
+        None => timeout_args().is_some_and(|args| timeout::wants_guardian(&args)),
     };
     if wants_guardian {
-        if let Some(code) = guardian::fork_early() {
-            return std::process::ExitCode::from(code);
-        }
+        cli::contain::fork_guardian();
+    }
+    // Every child of reaper is a run's (or its guardian): reaper reaps them all, and orphans of
+    // a run come back to it (a child subreaper).
+    if let Err(e) = reaper::own_every_child() {
+        say!("reaper: warning: cannot become a child subreaper ({e}); orphans of the tree go to PID 1");
     }
     dispatch(cli)
 }
@@ -115,14 +118,14 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     let mut argv = std::env::args_os();
     let argv0 = argv.next().unwrap_or_default();
     if std::path::Path::new(&argv0).file_name() == Some("timeout".as_ref()) {
-        return std::process::ExitCode::from(cli::timeout::main(
+        return std::process::ExitCode::from(timeout::main(
             &argv0.to_string_lossy(),
             argv.collect(),
         ));
     }
     let first = argv.next();
     if first.as_deref() == Some("timeout".as_ref()) {
-        return std::process::ExitCode::from(cli::timeout::main("reaper timeout", argv.collect()));
+        return std::process::ExitCode::from(timeout::main("reaper timeout", argv.collect()));
     }
     let cli = match cli {
         Some(Ok(c)) => c,
@@ -136,11 +139,11 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     };
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
-        Cmd::Timeout { args } => cli::timeout::main("reaper timeout", args),
+        Cmd::Timeout { args } => timeout::main("reaper timeout", args),
         Cmd::Check(a) => cli::check::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),
-        Cmd::Guardian { pid, starttime } => guardian::main(pid, starttime),
+        Cmd::Guardian { pid, starttime } => reaper::Guardian::serve(pid, starttime),
     };
     std::process::ExitCode::from(code)
 }

@@ -12,9 +12,8 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use super::*;
-use reaper::containment::select::{ContainOpts, Requested};
-use reaper::run::{EventSink, Io, LeaderCommand};
+use reaper::supervise::{Plan, Request, Requests, Step};
+use reaper::{EventSink, Signal, StopReason};
 
 #[derive(Parser)]
 struct RunCli {
@@ -28,8 +27,11 @@ struct CheckCli {
     args: crate::cli::check::CheckArgs,
 }
 
-fn opts() -> ContainOpts {
-    ContainOpts::plain(Requested::Cgroup)
+fn opts() -> reaper::ContainOptions {
+    let mut o = reaper::ContainOptions::default();
+    o.containment(reaper::Containment::Cgroup)
+        .delegation(reaper::Delegation::Never);
+    o
 }
 
 /// The three faces' plans: `timeout` for each, or none.
@@ -45,7 +47,7 @@ fn plans(timeout: Option<&str>) -> Vec<(&'static str, Plan)> {
     let run = RunCli::parse_from(run).args;
     let check = CheckCli::parse_from(check).args;
     let secs = timeout.map_or(Duration::from_secs(3600), |t| {
-        crate::cli::parse::duration(t).expect("a valid duration")
+        crate::coreutils::duration(t).expect("a valid duration")
     });
     let spec = crate::mcp::call::CallSpec {
         id: 0,
@@ -76,17 +78,20 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
             seen.lock().unwrap_or_else(|e| e.into_inner()).push(kind);
         })
     };
-    let mut cmd = LeaderCommand::new("sleep");
-    cmd.args(["60"])
-        .stdin(Io::Null)
-        .stdout(Io::Null)
-        .stderr(Io::Null);
-    let run = start(cmd, sink).await?;
     let mut requests = Requests::new();
     if let Some(r) = request {
         requests.on(std::future::ready(()), r);
     }
-    let out = Supervisor::new(run, plan, &mut requests).finish().await;
+    let mut cmd = reaper::Command::new("sleep");
+    cmd.args(["60"])
+        .stdin(reaper::Stdio::Null)
+        .stdout(reaper::Stdio::Null)
+        .stderr(reaper::Stdio::Null)
+        .plan(plan)
+        .requests(requests)
+        .events(sink);
+    let mut child = start(cmd).await?;
+    let out = child.wait().await;
     assert_eq!(out.error, None);
     assert!(out.survivors.is_empty(), "{out:?}");
     let kinds = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
@@ -94,9 +99,9 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
 }
 
 /// Starts `cmd` in a cgroup of its own, or says why it cannot and returns `None`.
-async fn start(cmd: LeaderCommand, sink: EventSink) -> Option<Run> {
-    match Run::start(cmd, &opts(), sink).await {
-        Ok((run, _)) => Some(run),
+async fn start(mut cmd: reaper::Command) -> Option<reaper::Child> {
+    match cmd.contain(opts()).spawn().await {
+        Ok(child) => Some(child),
         Err(e) => {
             // ci/test.sh names what the machine has: there a skip would be a vacuous pass.
             let required = std::env::var("REAPER_REQUIRE")
@@ -187,24 +192,25 @@ async fn a_step_dropped_again_and_again_decides_once() {
                 .push((t_ms, kind));
         })
     };
-    let mut cmd = LeaderCommand::new("sleep");
-    cmd.args(["60"]).stdin(Io::Null);
-    let Some(run) = start(cmd, sink).await else {
+    let mut cmd = reaper::Command::new("sleep");
+    cmd.args(["60"])
+        .stdin(reaper::Stdio::Null)
+        .plan(plan)
+        .events(sink);
+    let Some(mut child) = start(cmd).await else {
         return;
     };
-    let mut requests = Requests::new();
-    let mut sup = Supervisor::new(run, plan, &mut requests);
     let mut dropped = 0;
     let step = loop {
-        match tokio::time::timeout(Duration::from_millis(10), sup.step()).await {
+        match tokio::time::timeout(Duration::from_millis(10), child.step()).await {
             Ok(s) => break s,
             Err(_) => dropped += 1,
         }
     };
     assert_eq!(step, Step::Stop(StopReason::Timeout));
     assert!(dropped >= 10, "the step was dropped only {dropped} times");
-    assert_eq!(sup.step().await, Step::Stop(StopReason::Timeout));
-    let out = sup.finish().await;
+    assert_eq!(child.step().await, Step::Stop(StopReason::Timeout));
+    let out = child.wait().await;
     assert_eq!(out.stop_reason, StopReason::Timeout);
     let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     let timeouts: Vec<_> = seen.iter().filter(|(_, k)| k == "timeout").collect();

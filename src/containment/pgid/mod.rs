@@ -34,7 +34,7 @@ use reaper_platform::proctable::{ProcEntry, ProcessTable};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
-use super::{BackendKind, Capabilities, Backend, Error, Process};
+use super::{Backend, BackendKind, Capabilities, Error, Process};
 pub use schedule::Schedule;
 use tracker::{Adopter, Tracker};
 

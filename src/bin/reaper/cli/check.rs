@@ -9,13 +9,11 @@ use reaper_platform::{Pid, Signal};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::parse;
-use super::run::{ContainArgs, GuardArgs};
-use reaper::containment::select::ContainOpts;
-use reaper::run::{
-    EventSink, Io, LeaderCommand, Outcome, Plan, Requests, Run, StartError, Step, StopReason,
-    StopSpec, Supervisor,
-};
+use reaper::supervise::{Plan, Requests, Step, StopSpec};
+use reaper::{Child, Outcome, StopReason};
+
+use super::contain::{ContainArgs, GuardArgs};
+use crate::coreutils as parse;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -132,9 +130,9 @@ pub struct RunReport {
     /// Whether the survivors were killed afterwards (not with `--keep`).
     pub killed: bool,
     /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
-    pub limits: Option<reaper::containment::limits::Limits>,
+    pub limits: Option<reaper::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend; not with `--keep`).
-    pub usage: Option<reaper::containment::limits::Usage>,
+    pub usage: Option<reaper::Usage>,
     /// Whether the memory limit ended the run (the OOM killer; stop reason `oom`).
     pub out_of_memory: bool,
 }
@@ -179,14 +177,13 @@ async fn check(args: CheckArgs) -> u8 {
     };
     // One stream for every repeat: a signal between two runs stops the next one.
     let mut requests = Requests::new();
-    super::run::signal_requests(sigs, &mut requests);
+    super::signal_requests(sigs, &mut requests);
     if let Some(stops) = super::JobStops::new() {
-        use reaper_platform::Signal as S;
-        super::run::job_stop_requests(stops, &[S::TSTP, S::TTIN, S::TTOU], &mut requests);
+        use reaper::Signal as S;
+        super::job_stop_requests(stops, &[S::TSTP, S::TTIN, S::TTOU], &mut requests);
     }
-    let opts = args.contain.opts(&args.guard);
     for i in 0..args.repeat {
-        match check_once(&args, &opts, &mut requests).await {
+        match check_once(&args, &requests).await {
             Ok(r) => {
                 if !args.json {
                     print_run(&args, &r, i);
@@ -199,9 +196,7 @@ async fn check(args: CheckArgs) -> u8 {
             }
         }
     }
-    if let Some(g) = &opts.guardian {
-        g.done();
-    }
+    super::guardian_done();
     report.leaked_runs = report.runs.iter().filter(|r| r.result == "leaked").count();
     report.result = if report.error.is_some() {
         "error"
@@ -234,7 +229,7 @@ async fn check(args: CheckArgs) -> u8 {
 #[derive(Debug)]
 pub enum CheckError {
     /// CMD did not start.
-    Start(StartError),
+    Start(reaper::Error),
     /// `--json`: stderr could not be duplicated for CMD's stdout.
     DupStderr(std::io::Error),
     /// reaper got a signal: CMD's tree was stopped; `survivors` what outlived the stop.
@@ -245,7 +240,7 @@ pub enum CheckError {
     /// The run's end failed (the cgroup could not be removed, survivors of SIGKILL).
     Finish(String),
     /// `--keep`: the survivors could not be kept where they are.
-    Keep(reaper::containment::Error),
+    Keep(reaper::ContainError),
 }
 
 impl std::fmt::Display for CheckError {
@@ -285,19 +280,18 @@ pub fn plan(args: &CheckArgs) -> Plan {
     }
 }
 
-async fn check_once(
-    args: &CheckArgs,
-    opts: &ContainOpts,
-    requests: &mut Requests,
-) -> Result<RunReport, CheckError> {
-    let mut cmd = LeaderCommand::new(&args.command[0]);
-    cmd.args(&args.command[1..]);
+async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, CheckError> {
+    let mut cmd = reaper::Command::new(&args.command[0]);
+    cmd.args(&args.command[1..])
+        .plan(plan(args))
+        .requests(requests.clone());
+    args.contain.apply(&mut cmd, &args.guard);
     cmd.stdin(match args.stdin {
-        StdinMode::Null => Io::Null,
-        StdinMode::Inherit => Io::Inherit,
+        StdinMode::Null => reaper::Stdio::Null,
+        StdinMode::Inherit => reaper::Stdio::Inherit,
     });
     if args.stdin == StdinMode::Inherit {
-        cmd.use_terminal();
+        cmd.foreground(true);
     }
     if args.json {
         // stdout carries the report: CMD's output goes to stderr.
@@ -305,23 +299,20 @@ async fn check_once(
         let fd = std::os::fd::AsFd::as_fd(&err)
             .try_clone_to_owned()
             .map_err(CheckError::DupStderr)?;
-        cmd.stdout(Io::Fd(fd));
+        cmd.stdout(fd);
     }
-    let (run, _pipes) = Run::start(cmd, opts, EventSink::none())
-        .await
-        .map_err(CheckError::Start)?;
-    if let Some(w) = &run.warning {
+    let mut child = cmd.spawn().await.map_err(CheckError::Start)?;
+    if let Some(w) = child.warning() {
         say!("{w}");
     }
     let started = Instant::now();
-    let leader_pid = run.leader_pid();
+    let leader_pid = child.id() as i32;
     let leader_stat = process::stat(leader_pid).ok();
     let (leader_pgid, leader_sid) = leader_stat
         .map(|s| (s.pgid, s.sid))
         .unwrap_or((leader_pid, 0));
     let reaper_pid = rustix::process::getpid().as_raw_nonzero().get();
 
-    let mut sup = Supervisor::new(run, plan(args), requests);
     // The interrupt is the check's own action on the leader, not a stop: the run goes on (and
     // is not a cancel). Sent at its time if the leader still runs, else recorded as not sent.
     let mut interrupt = None;
@@ -332,27 +323,26 @@ async fn check_once(
             // The interrupt before a timeout due at the same time (see `plan`).
             biased;
             _ = tokio::time::sleep_until(at.unwrap_or(started)), if at.is_some() => {
-                let running = !sup.leader_exited();
-                interrupt = send_interrupt(args, sup.run_mut(), leader_pid, running);
+                let running = !child.leader_exited();
+                interrupt = send_interrupt(args, &mut child, leader_pid, running);
             }
-            s = sup.step() => break s,
+            s = child.step() => break s,
         }
     };
-    // SIGINT/SIGTERM/SIGHUP to reaper while CMD runs (or settles): stop the tree, report an
-    // error (exit 2).
+    // A signal to reaper while CMD runs (or settles): stop the tree, report an error (exit 2).
     let reason = loop {
         match step {
             Step::Stop(r) => break r,
             Step::LeaderExited => {
                 if interrupt.is_none() {
-                    interrupt = send_interrupt(args, sup.run_mut(), leader_pid, false);
+                    interrupt = send_interrupt(args, &mut child, leader_pid, false);
                 }
-                step = sup.step().await;
+                step = child.step().await;
             }
         }
     };
     if reason == StopReason::Signal {
-        let out = sup.finish().await;
+        let out = child.wait().await;
         return Err(CheckError::Signalled {
             signal: out.received_signal.unwrap_or_default(),
             survivors: out.survivors,
@@ -362,7 +352,7 @@ async fn check_once(
     let survivors = if timed_out {
         Vec::new()
     } else {
-        survivors(sup.run(), leader_pgid, leader_sid, reaper_pid)
+        survivors(&child, leader_pgid, leader_sid, reaper_pid)
     };
     let kill = !args.keep || survivors.is_empty();
     let result = if timed_out {
@@ -372,13 +362,13 @@ async fn check_once(
     } else {
         "leaked"
     };
-    let backend = sup.run().backend_kind().as_str();
-    let mut cgroup = sup.run().cgroup_path();
-    let limits = sup.run().limits();
+    let backend = child.backend().map_or("?", reaper::BackendKind::as_str);
+    let mut cgroup = child.cgroup().map(|p| p.display().to_string());
+    let limits = child.limits();
     let mut usage = None;
     let mut out_of_memory = false;
     let leader = if kill {
-        let out: Outcome = sup.finish().await;
+        let out: Outcome = child.wait().await;
         if let Some(e) = out.error {
             return Err(CheckError::Finish(e));
         }
@@ -392,10 +382,9 @@ async fn check_once(
             ran_ms: out.leader_ms,
         }
     } else {
-        let run = sup.into_run();
-        let (exit_code, sig) = run.leader_status_parts();
+        let (exit_code, sig) = reaper::status_parts(child.leader_status());
         let ran_ms = Some(started.elapsed().as_millis() as u64);
-        cgroup = run
+        cgroup = child
             .keep()
             .map_err(CheckError::Keep)?
             .map(|p| p.display().to_string());
@@ -423,13 +412,13 @@ async fn check_once(
 }
 
 /// What is left of the run, described.
-fn survivors(run: &Run, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> Vec<Survivor> {
-    let members = run.members();
+fn survivors(child: &Child, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> Vec<Survivor> {
+    let members = child.members();
     // Looked for by `members()`: an escapee is seen by then.
-    let escaped: Vec<(i32, u64)> = run
+    let escaped: Vec<(i32, u64)> = child
         .escapees()
         .into_iter()
-        .map(|e| (e.member.pid, e.member.starttime))
+        .map(|e| (e.process.pid, e.process.starttime))
         .collect();
     members
         .into_iter()
@@ -447,7 +436,7 @@ fn survivors(run: &Run, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> V
 /// without `--interrupt-after`.
 fn send_interrupt(
     args: &CheckArgs,
-    run: &mut Run,
+    child: &mut Child,
     leader_pid: i32,
     running: bool,
 ) -> Option<Interrupt> {
@@ -458,7 +447,7 @@ fn send_interrupt(
         "leader"
     };
     // A TSTP interrupt is the check's own, not the user's Ctrl-Z.
-    run.end_job_control();
+    child.end_job_control();
     let sent = running
         && if args.interrupt_group {
             // The group reaper created for CMD (process_group(0): pgid = leader pid), never
@@ -470,7 +459,7 @@ fn send_interrupt(
                 )
             })
         } else {
-            run.signal_leader(args.interrupt_signal)
+            child.signal_leader(args.interrupt_signal)
         };
     Some(Interrupt {
         signal: signal::name(args.interrupt_signal),
@@ -532,7 +521,10 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
     };
     let settle = parse::show(args.settle);
     if r.out_of_memory {
-        let limit = r.limits.and_then(|l| l.memory_max).map(parse::show_size);
+        let limit = r
+            .limits
+            .and_then(|l| l.memory_max)
+            .map(super::parse::show_size);
         say!(
             "{prefix}killed: out of memory (limit {})",
             limit.unwrap_or_default()

@@ -20,11 +20,15 @@ pub struct DoctorArgs {
         default_value = "auto",
         value_name = "WHEN"
     )]
-    pub delegate: super::run::DelegateArg,
+    pub delegate: super::contain::DelegateArg,
 }
 
 pub fn main(args: DoctorArgs) -> u8 {
-    let r = probe(args.delegate);
+    let r = reaper::host::diagnose(
+        args.delegate.into(),
+        super::contain::any_guardian().as_deref(),
+    );
+    super::guardian_done();
     if args.json {
         match serde_json::to_string_pretty(&r) {
             Ok(s) => out!("{s}"),
@@ -221,7 +225,7 @@ mod tests {
             pidfd: true,
             pgid: true,
             pgid_table: Some("/proc".into()),
-            without_cgroup: Some(without_cgroup(true)),
+            without_cgroup: Some(reaper::host::without_cgroup(true)),
             ..Default::default()
         };
         let text = human(&r);
@@ -243,6 +247,6 @@ mod tests {
             assert!(line.contains(want), "{want} missing: {line}");
         }
         // Without a usable process table only the subreaper half is said.
-        assert!(!without_cgroup(false).contains("pgid"));
+        assert!(!reaper::host::without_cgroup(false).contains("pgid"));
     }
 }

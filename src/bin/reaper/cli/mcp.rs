@@ -12,8 +12,8 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::signal::unix::{signal, SignalKind};
 use tokio_util::sync::CancellationToken;
 
-use super::parse;
-use super::run::{ContainArgs, GuardArgs};
+use super::contain::{ContainArgs, GuardArgs};
+use crate::coreutils as parse;
 use crate::mcp::argv::ServerFlags;
 use crate::mcp::gate::{self, Budget, Gated, Limits};
 use crate::mcp::params::{MAX_TIMEOUT, MIN_TIMEOUT};
@@ -129,7 +129,7 @@ fn config(args: McpArgs) -> Result<Config, String> {
         grace: args.grace,
         progress_interval,
         max_concurrent: args.max_concurrent as usize,
-        contain: args.contain.opts(&args.guard),
+        contain: args.contain.options(&args.guard),
     })
 }
 
@@ -171,13 +171,11 @@ async fn serve(mut cfg: Config) -> u8 {
         say!("reaper mcp: cannot install signal handlers");
         return 125;
     };
-    let isolated = match crate::mcp::call::isolated(&mut cfg.contain).await {
+    let isolated = match cfg.contain.keep_runs_apart().await {
         Ok(i) => i,
         Err(e) => {
             say!("reaper mcp: {e}");
-            if let Some(g) = &cfg.contain.guardian {
-                g.done();
-            }
+            super::guardian_done();
             return 125;
         }
     };
@@ -200,11 +198,11 @@ async fn serve(mut cfg: Config) -> u8 {
     if let Ok(mut sigchld) = signal(SignalKind::child()) {
         tokio::spawn(async move {
             while sigchld.recv().await.is_some() {
-                reaper_platform::reap::reap_orphans();
+                reaper::reap_exited_children();
             }
         });
     }
-    let guardian = cfg.contain.guardian.clone();
+    let guardian = cfg.contain.get_guardian().cloned();
     let shutdown = CancellationToken::new();
     let eof = CancellationToken::new();
     // What the client has sent and not been answered, and answers it has not read, are

@@ -2,11 +2,61 @@
 //! out.
 
 pub mod check;
+pub mod contain;
 pub mod doctor;
 pub mod mcp;
 pub mod parse;
 pub mod run;
-pub mod timeout;
+
+use reaper::supervise::{Request, Requests};
+use reaper::{Event, EventSink};
+
+/// Every signal reaper listens to becomes a request, in the order they come.
+pub fn signal_requests(mut sigs: Signals, requests: &mut Requests) {
+    requests.feed(|tx| async move {
+        loop {
+            let sig = sigs.recv().await;
+            if !tx.send(Request::Signal(sig)) {
+                break;
+            }
+        }
+    });
+}
+
+/// reaper's job-control stops become requests to pass them on (see `Request::JobStop`); those
+/// not in `relayed` are ignored.
+pub fn job_stop_requests(
+    mut stops: JobStops,
+    relayed: &'static [reaper::Signal],
+    requests: &mut Requests,
+) {
+    requests.feed(|tx| async move {
+        loop {
+            let sig = stops.recv().await;
+            if relayed.contains(&sig) && !tx.send(Request::JobStop(sig)) {
+                break;
+            }
+        }
+    });
+}
+
+/// `--events`: one JSON object per line on stderr, `{"t_ms":12,"event":"spawned",…}`.
+pub fn json_lines_to_stderr() -> EventSink {
+    EventSink::new(|t_ms, ev: &Event| {
+        let mut v = serde_json::to_value(ev).unwrap_or_default();
+        if let Some(obj) = v.as_object_mut() {
+            obj.insert("t_ms".into(), t_ms.into());
+        }
+        say!("{v}");
+    })
+}
+
+/// reaper's teardown is complete: its guardian, if it has one, may exit.
+pub fn guardian_done() {
+    if let Some(g) = contain::any_guardian() {
+        g.done();
+    }
+}
 
 /// A current-thread runtime: every fork happens on the main thread, which lives as long as
 /// reaper (PR_SET_PDEATHSIG fires when the forking *thread* dies).

@@ -1,4 +1,4 @@
-//! One contained call: codex runs through [`Run`] in containment of its own, its prompt is
+//! One contained call: codex runs as a [`reaper::Child`] in containment of its own, its prompt is
 //! written to its stdin (then closed), its stdout is parsed as it streams, and it ends in one
 //! of four ways:
 //!
@@ -15,7 +15,8 @@
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use reaper_platform::Signal;
+use reaper::supervise::{CutShort, Plan, Request, Requests, Step, StopSpec, Target};
+use reaper::{ContainOptions, EventSink, Signal, StopReason};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::unix::pipe;
 use tokio::time::Instant;
@@ -24,12 +25,6 @@ use tokio_util::sync::CancellationToken;
 use super::progress::{Progress, Status};
 use super::result::Ending;
 use super::stream::{EventStream, Tail};
-use reaper::containment::select::ContainOpts;
-use reaper::run::supervise::CutShort;
-use reaper::run::{
-    EventSink, Io, LeaderCommand, Plan, Request, Requests, Run, StartError, Step, StopReason,
-    StopSpec, Supervisor, Target,
-};
 
 /// After codex exits, how long output still in the pipes is read before leftovers are killed.
 pub const DRAIN_WINDOW: Duration = Duration::from_millis(250);
@@ -51,7 +46,7 @@ pub struct CallSpec {
     pub timeout: Duration,
     pub timeout_secs: u64,
     pub grace: Duration,
-    pub contain: ContainOpts,
+    pub contain: ContainOptions,
 }
 
 /// What a call produced.
@@ -135,28 +130,36 @@ pub async fn run(
 ) -> Finished {
     let mut stream = EventStream::default();
     let mut stderr = Tail::default();
-    let mut cmd = LeaderCommand::new(&spec.argv[0]);
+    let id = spec.id;
+    let mut requests = Requests::new();
+    requests.on(cancel.clone().cancelled_owned(), Request::Cancel);
+    requests.on(shutdown.clone().cancelled_owned(), Request::Shutdown);
+    let mut cmd = reaper::Command::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..])
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Io::Piped)
-        .stdout(Io::Piped)
-        .stderr(Io::Piped);
-    let id = spec.id;
-    let sink = EventSink::new(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
-    let (run, pipes) = match Run::start(cmd, &spec.contain, sink).await {
-        Ok(r) => r,
+        .stdin(reaper::Stdio::Piped)
+        .stdout(reaper::Stdio::Piped)
+        .stderr(reaper::Stdio::Piped)
+        .contain(spec.contain.clone())
+        .plan(plan(&spec))
+        .requests(requests)
+        .events(EventSink::new(
+            move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"),
+        ));
+    let mut child = match cmd.spawn().await {
+        Ok(c) => c,
         Err(e) => {
             let ending = match e {
-                StartError::Reaper(m) => {
-                    Ending::NotContained(format!("reaper cannot contain this call: {m}"))
+                e @ (reaper::Error::NotFound { .. } | reaper::Error::NotExecutable { .. }) => {
+                    Ending::LaunchFailed(format!(
+                        "failed to launch codex binary: {e} (check $CODEX_CMD)"
+                    ))
                 }
                 // Not a wrong $CODEX_CMD: the call's `env` (or the server's) is too large.
-                e @ StartError::TooLarge { .. } => {
+                e @ reaper::Error::TooLarge { .. } => {
                     Ending::LaunchFailed(format!("failed to launch codex binary: {e}"))
                 }
-                other => Ending::LaunchFailed(format!(
-                    "failed to launch codex binary: {other} (check $CODEX_CMD)"
-                )),
+                m => Ending::NotContained(format!("reaper cannot contain this call: {m}")),
             };
             return Finished {
                 stream,
@@ -167,28 +170,28 @@ pub async fn run(
             };
         }
     };
-    warn_once(run.warning.as_deref());
-    tracing::debug!(call = id, pid = run.leader_pid(), "codex started");
+    warn_once(child.warning());
+    tracing::debug!(call = id, pid = child.id(), "codex started");
     let started = Instant::now();
-    let plan = plan(&spec);
-    let writer = tokio::spawn(write_prompt(pipes.stdin.map(OwnedFd::from), spec.prompt));
-    let mut out = Source::new(pipes.stdout.map(OwnedFd::from));
-    let mut err = Source::new(pipes.stderr.map(OwnedFd::from));
-
-    let mut requests = Requests::new();
-    requests.on(cancel.clone().cancelled_owned(), Request::Cancel);
-    requests.on(shutdown.clone().cancelled_owned(), Request::Shutdown);
-    let mut sup = Supervisor::new(run, plan, &mut requests);
+    let fd = |p: Option<std::io::Result<OwnedFd>>| p.and_then(Result::ok);
+    let writer = tokio::spawn(write_prompt(
+        fd(child.stdin.take().map(|p| p.into_owned_fd())),
+        spec.prompt,
+    ));
+    let mut out = Source::new(fd(child.stdout.take().map(|p| p.into_owned_fd())));
+    let mut err = Source::new(fd(child.stderr.take().map(|p| p.into_owned_fd())));
     let mut tick = (progress.enabled() && !progress.interval.is_zero()).then(|| {
         let mut t = tokio::time::interval(progress.interval);
         t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         t
     });
-    let report = |run: &Run, stream: &EventStream, progress: &mut Progress| {
+    let report = |child: &reaper::Child, stream: &EventStream, progress: &mut Progress| {
         progress.publish(Status::Running {
             elapsed: started.elapsed(),
-            processes: run.process_count(),
-            memory: run.memory_now().map(|now| (now, run.limits().memory_max)),
+            processes: child.process_count(),
+            memory: child
+                .memory_now()
+                .map(|now| (now, child.limits().memory_max)),
             last: stream.last_item.clone(),
         });
     };
@@ -196,16 +199,16 @@ pub async fn run(
     let step = loop {
         let seen = stream.item_events;
         tokio::select! {
-            step = sup.step() => break step,
+            step = child.step() => break step,
             bytes = out.read() => stream.feed(bytes),
             bytes = err.read() => stderr.push(bytes),
             _ = async { match tick.as_mut() {
                 Some(t) => { t.tick().await; }
                 None => std::future::pending().await,
-            } } => report(sup.run(), &stream, progress),
+            } } => report(&child, &stream, progress),
         }
         if stream.item_events != seen && progress.item_report_due() {
-            report(sup.run(), &stream, progress);
+            report(&child, &stream, progress);
         }
     };
 
@@ -226,17 +229,17 @@ pub async fn run(
     // timeout, cancel or shutdown: SIGINT to codex alone (it interrupts its turn and kills its
     // own tool process groups); after the grace, the whole cgroup is killed. After its exit:
     // its leftovers are killed at once.
-    {
-        let stop = sup.stop();
+    let outcome = {
+        let stop = child.wait();
         tokio::pin!(stop);
         loop {
             tokio::select! {
-                _ = &mut stop => break,
+                o = &mut stop => break o,
                 bytes = out.read() => stream.feed(bytes),
                 bytes = err.read() => stderr.push(bytes),
             }
         }
-    }
+    };
     // The tree is gone, so every writer is closed: what is left in the pipes comes at once.
     let last = tokio::time::sleep(FINAL_READ);
     tokio::pin!(last);
@@ -250,7 +253,6 @@ pub async fn run(
     stream.finish();
     writer.abort();
 
-    let outcome = sup.finish().await;
     let ending = Ending::of(&outcome, spec.timeout_secs);
     let reason = outcome.stop_reason;
     if reason == StopReason::Exited && outcome.killed > 0 {
@@ -286,13 +288,6 @@ pub async fn run(
         survivors: outcome.survivors,
         escapees: outcome.escapees,
     }
-}
-
-/// Whether concurrent calls get trees of their own (see [`reaper::containment::select::isolated`]:
-/// when `auto` got a cgroup, the calls are pinned to `cgroup`). Fails when the server has limits
-/// (`--memory-max`…) and no call could get them.
-pub async fn isolated(opts: &mut ContainOpts) -> Result<bool, reaper::containment::Error> {
-    reaper::containment::select::isolated(opts).await
 }
 
 /// Writes the prompt and closes stdin (codex reads stdin to its end before it starts). A codex

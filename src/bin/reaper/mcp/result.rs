@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 use super::argv::Ignored;
 use super::py;
 use super::stream::{EventStream, Tail, TurnStatus, USAGE_KEYS};
-use reaper::run::{Outcome, StopReason};
+use reaper::{Outcome, StopReason};
 
 /// How a call ended.
 #[derive(Debug, Clone, PartialEq, Eq)]

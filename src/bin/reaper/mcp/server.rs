@@ -23,7 +23,6 @@ use super::params::{self, ToolKind, SANDBOX_MODES};
 use super::progress::{Progress, Status};
 use super::result::{error_result, Ending, Report};
 use super::stream::{EventStream, Tail};
-use reaper::containment::select::ContainOpts;
 
 /// Everything the server is started with.
 #[derive(Debug, Clone)]
@@ -39,7 +38,7 @@ pub struct Config {
     pub grace: Duration,
     pub progress_interval: Duration,
     pub max_concurrent: usize,
-    pub contain: ContainOpts,
+    pub contain: reaper::ContainOptions,
 }
 
 /// The server. Cheap to clone: rmcp shares one per session.

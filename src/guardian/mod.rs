@@ -1,0 +1,533 @@
+//! The guardian: a small process that outlives reaper only to clean up after it.
+//!
+//! If reaper is SIGKILLed — alone, or with its whole process group, which is what MCP clients
+//! do to their stdio servers — nothing in reaper runs any more, and a run's tree would live on in
+//! its cgroup. The guardian is a copy of reaper forked before any thread or runtime exists
+//! ([`Guardian::fork`]), in a session (and so a process group) of its own, holding a pidfd on
+//! reaper. When reaper's pipe reaches EOF (reaper exited, however), the guardian does for reaper
+//! what the next reaper's stale sweep would, but at once (`takeover`): under each directory
+//! reaper named, it kills (`cgroup.kill`), empties and removes every cgroup whose name carries
+//! *this* reaper's PID namespace, pid and start time (`reaper-PIDNS-PID-START-SEQ`, see
+//! `containment::setup`), and, once reaper has exited, reaper's supervisor leaf, which reaper
+//! cannot remove while it lives in it. Nothing else: not `reaper-kept-…`, not another
+//! reaper's, not a foreign cgroup. The name alone decides, not the owner lock: no other live
+//! process has that identity, and the lock can be taken by a process of the run (it waits in
+//! `flock` and gets it when reaper dies).
+//!
+//! While reaper lives the guardian also looks at it every `STOP_LOOK`: a process of the run
+//! can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces no timeout and serves
+//! nothing. A reaper stopped other than by its own job control is continued.
+//!
+//! The guardian holds nothing of the caller's: stdout is `/dev/null`, and so is stderr unless
+//! reaper's is a terminal or a file (a pipe held by a stopped guardian would never reach its
+//! end for the caller reading it).
+//!
+//! Protocol on the guardian's stdin, NUL-terminated records: `+DIR`, one per directory reaper
+//! creates cgroups in, sent before the first cgroup is created there; `P` when reaper is about
+//! to stop its own job (job control), `R` once it was continued. A reaper has one or two such
+//! directories, and only the newest pausing state is ever queued, so the pipe carries a few
+//! hundred bytes at most: it can never fill, and reaper's writes, non-blocking, never wait for
+//! the guardian. A guardian that does not read (stopped) therefore never stops reaper; reaper
+//! reports it once.
+//!
+//! | module     | job                                                          |
+//! |------------|--------------------------------------------------------------|
+//! | this one   | reaper's side: the fork, the pipe, what reaper tells         |
+//! | `takeover` | the guardian process: listens, continues, takes over         |
+
+mod takeover;
+
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::process::ChildStdin;
+use std::sync::{Arc, Mutex};
+
+use reaper_platform::linux::detach::{self, Forked, SelfStat};
+use reaper_platform::linux::pidfd::Pidfd;
+use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::Signal;
+
+/// Why no guardian could be started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GuardianError {
+    /// This process has more than one thread, or its `/proc/self/stat` could not be read: the
+    /// fork would not be sound.
+    NotSingleThreaded,
+    /// The pipe, the fork, or a look at the child failed.
+    Io(std::io::Error),
+    /// The guardian is Linux's (it cleans up cgroups).
+    NotLinux,
+}
+
+impl std::fmt::Display for GuardianError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GuardianError::NotSingleThreaded => f.write_str(
+                "cannot start the guardian: it is forked, which needs a single-threaded \
+                 process (start it first thing in main, before any runtime or thread)",
+            ),
+            GuardianError::Io(e) => write!(f, "cannot start the guardian: {e}"),
+            GuardianError::NotLinux => {
+                f.write_str("the guardian is Linux-only (it cleans up cgroups)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GuardianError {}
+
+/// A process that outlives this one only to clean up after it: if this process is SIGKILLed
+/// (alone, or with its process group, as MCP clients do to their servers), the guardian kills
+/// and removes the cgroups of every run it started (cgroup backend), within a second; when this
+/// process ends normally ([`Guardian::done`]), the guardian exits. Opt-in, for runs that pass
+/// it to [`crate::Command::guardian`]; the `reaper` binary has one by default.
+///
+/// It is forked ([`Guardian::fork`]), so it must start while this process has one thread:
+/// first thing in `main`, before any tokio runtime. It costs a few MiB of shared pages.
+///
+/// What protects it: a session of its own (a SIGKILL of this process's group and a terminal's
+/// SIGHUP miss it), no run's cgroup, and it ignores the signals a stop sends. What does not: a
+/// process of the same user can still SIGKILL or SIGSTOP it by pid (this process reports a
+/// stopped guardian and continues it when done). It does not cover the subreaper and pgid
+/// backends: without a cgroup nothing names the tree once this process is gone.
+#[derive(Debug)]
+pub struct Guardian {
+    pid: i32,
+    /// Its start time, read while it was certainly our unreaped child.
+    starttime: u64,
+    /// A pidfd on the guardian (reaper's child), to see it stopped or gone.
+    handle: Option<Pidfd>,
+    channel: Mutex<Channel>,
+}
+
+#[derive(Debug)]
+struct Channel {
+    /// reaper's end of the pipe, O_NONBLOCK; `None` once closed.
+    pipe: Option<ChildStdin>,
+    /// Directories already queued for the guardian (a handful: see the module docs).
+    told: Vec<PathBuf>,
+    /// Bytes the pipe did not take yet (EAGAIN); sent before anything new.
+    unsent: Vec<u8>,
+    /// The guardian's fault (stopped, gone, not reading) has been reported.
+    reported: bool,
+    /// [`MAX_DIRS`] was reached (and reported).
+    full: bool,
+    /// Whether reaper is stopping its own job on purpose ([`Guardian::pausing`]): as last
+    /// asked for, and as last queued. Only the newest state is ever sent, after what is
+    /// queued, so the pipe never holds more than one pending state record.
+    pausing: bool,
+    pausing_queued: bool,
+}
+
+/// How many directories reaper tells its guardian about, at most: a reaper uses one or two
+/// (`--cgroup-parent` or its own cgroup, and its supervisor leaf), so this bounds only a reaper
+/// that something keeps moving between cgroups.
+const MAX_DIRS: usize = 64;
+
+/// The guardian's command line, as `ps` and the tests find it: `reaper guardian PID START`.
+fn title(pid: i32, start: u64) -> Vec<u8> {
+    format!("reaper\0guardian\0{pid}\0{start}\0").into_bytes()
+}
+
+/// reaper's side of a guardian just started as child `gpid`: the pipe made non-blocking, the
+/// guardian named by pid and start time and a pidfd opened on it.
+fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, GuardianError> {
+    if let Some(p) = &pipe {
+        // The write end is reaper's alone (close-on-exec, the guardian holds the read end),
+        // so O_NONBLOCK changes nobody else's I/O.
+        let io = |e: rustix::io::Errno| GuardianError::Io(e.into());
+        let flags = rustix::fs::fcntl_getfl(p).map_err(io)?;
+        rustix::fs::fcntl_setfl(p, flags | rustix::fs::OFlags::NONBLOCK).map_err(io)?;
+    }
+    // Nobody waits for the guardian: `reap::reap_orphans` reaps it like an orphan once it
+    // exits, and its pid may then be reused. Until the caller lets go of the reaping lock (or,
+    // before the runtime exists, until anything reaps at all) it cannot be: read its start
+    // time and open its pidfd now.
+    let starttime = procfs::stat(gpid).map_err(GuardianError::Io)?.starttime;
+    let handle = reaper_platform::Pid::from_raw(gpid).and_then(|p| Pidfd::open(p).ok());
+    Ok(Guardian {
+        pid: gpid,
+        starttime,
+        handle,
+        channel: Mutex::new(Channel {
+            pipe,
+            told: Vec::new(),
+            unsent: Vec::new(),
+            reported: false,
+            full: false,
+            pausing: false,
+            pausing_queued: false,
+        }),
+    })
+}
+
+impl Guardian {
+    /// Forks the guardian of this process. Call it first thing in `main`, while this process
+    /// has a single thread (before any tokio runtime): a fork is sound only then. In the
+    /// guardian process this call does not return: the guardian runs to its end and exits.
+    pub fn fork() -> Result<Arc<Guardian>, GuardianError> {
+        let me = SelfStat::read().ok_or(GuardianError::NotSingleThreaded)?;
+        if me.threads != 1 {
+            return Err(GuardianError::NotSingleThreaded);
+        }
+        let pipe = || {
+            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+                .map_err(|e| GuardianError::Io(e.into()))
+        };
+        let (read, write) = pipe()?;
+        // EOF once the guardian has its title: whoever looks for `reaper guardian PID START`
+        // once this returns finds it.
+        let (ready, ready_w) = pipe()?;
+        // Nothing reaps before this returns; the lock says so to the next reader.
+        let reaping = reap::hold();
+        match detach::fork(&me).map_err(GuardianError::Io)? {
+            Forked::Child => {
+                drop(reaping);
+                drop((write, ready));
+                std::process::exit(i32::from(guardian_process(&me, read, ready_w)))
+            }
+            Forked::Parent(gpid) => {
+                drop((read, ready_w));
+                let g = adopt(gpid, Some(ChildStdin::from(write)));
+                drop(reaping);
+                let mut byte = [0u8; 1];
+                while let Err(rustix::io::Errno::INTR) = rustix::io::read(&ready, &mut byte) {}
+                g.map(Arc::new)
+            }
+        }
+    }
+
+    /// Starts the guardian by running `program guardian PID START` (the `reaper` binary's
+    /// hidden command, which runs [`Guardian::serve`]), for a process that has threads already
+    /// and so cannot [`Guardian::fork`].
+    pub fn exec(program: &Path) -> Result<Arc<Guardian>, GuardianError> {
+        use std::os::unix::process::CommandExt;
+        let (pid, start) = procfs::self_identity().map_err(GuardianError::Io)?;
+        let mut cmd = std::process::Command::new(program);
+        cmd.arg0("reaper")
+            .args(["guardian", &pid.to_string(), &start.to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(if detach::stderr_holds_an_eof() {
+                std::process::Stdio::null()
+            } else {
+                std::process::Stdio::inherit()
+            })
+            .env_remove("RUST_LOG");
+        // SAFETY: setsid(2) and close_range(2) are async-signal-safe and allocation-free. A
+        // session of its own puts the guardian outside this process's group and session;
+        // close-on-exec on every fd above stderr: the guardian keeps no fd this process
+        // inherited (a caller's pipe it would hold open).
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
+                rustix::process::setsid().map(drop).map_err(Into::into)
+            });
+        }
+        // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
+        // failed, and until the lock is let go the guardian's pid is its own.
+        let reaping = reap::hold();
+        let mut child = cmd.spawn().map_err(GuardianError::Io)?;
+        let pipe = child.stdin.take();
+        let g = adopt(child.id() as i32, pipe);
+        drop(reaping);
+        g.map(Arc::new)
+    }
+
+    /// The guardian process itself, for the process `(reaper_pid, reaper_start)`: reads what
+    /// that process tells it on stdin until EOF (or its death), continuing it when something
+    /// else stops it, then kills and removes what it left. Returns the exit status (1 when a
+    /// cgroup could not be removed). What `reaper guardian PID START` runs.
+    pub fn serve(reaper_pid: i32, reaper_start: u64) -> u8 {
+        takeover::main(reaper_pid, reaper_start)
+    }
+
+    /// The guardian's pid.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// The guardian's start time: with [`Guardian::pid`], names it even after it was reaped.
+    pub(crate) fn starttime(&self) -> u64 {
+        self.starttime
+    }
+
+    /// reaper is about to create cgroups under `dir`: if reaper dies, the guardian kills and
+    /// removes the ones that carry its name there. Cheap after the first call for a directory:
+    /// one look at the guardian's state, no write.
+    pub(crate) fn watch_dir(&self, dir: &Path) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        if ch.told.len() >= MAX_DIRS {
+            // Only a reaper moved from cgroup to cgroup again and again gets here; what it
+            // creates from now on is left to the next reaper's stale sweep.
+            if !ch.told.iter().any(|d| d == dir) && !ch.full {
+                ch.full = true;
+                tracing::warn!(
+                    "reaper has used {MAX_DIRS} cgroup directories; its guardian is not told of \
+                     more ({}): if reaper is SIGKILLed, the next reaper's stale sweep removes \
+                     what it leaves there",
+                    dir.display()
+                );
+            }
+        } else if !ch.told.iter().any(|d| d == dir) {
+            ch.told.push(dir.to_owned());
+            ch.unsent.push(b'+');
+            ch.unsent
+                .extend_from_slice(dir.as_os_str().as_encoded_bytes());
+            ch.unsent.push(0);
+        }
+        self.flush(&mut ch);
+        self.check(&mut ch);
+    }
+
+    /// This process's teardown is complete (every run is over): closing the pipe lets the
+    /// guardian exit, after removing whatever a run could not, and the supervisor leaf once this
+    /// process has exited. A guardian stopped now would stay so, unseen: it is continued, with
+    /// a warning. Call it once, last.
+    pub fn done(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        self.flush(&mut ch);
+        if let Some(h) = self.handle.as_ref().filter(|h| h.is_stopped()) {
+            tracing::warn!(
+                "the guardian (pid {}) is stopped (SIGSTOP); reaper continues it (SIGCONT) so \
+                 that it can finish its work and exit",
+                self.pid
+            );
+            if let Err(e) = signal::to_pidfd(h, Signal::CONT) {
+                tracing::warn!("cannot continue the guardian (pid {}): {e}", self.pid);
+            }
+            ch.reported = true;
+        }
+        self.check(&mut ch);
+        ch.pipe = None;
+    }
+
+    /// reaper is about to stop its own job on purpose (job control: `signal::stop_own_job`).
+    /// Without this the guardian would take the stop for one a process of the run caused, and
+    /// continue reaper. Never blocks, like [`Guardian::watch_dir`].
+    pub(crate) fn pausing(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = true;
+        self.flush(&mut ch);
+    }
+
+    /// reaper's job was continued after [`Guardian::pausing`]: a stop from now on is not
+    /// reaper's own again.
+    pub(crate) fn resumed(&self) {
+        let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
+        ch.pausing = false;
+        self.flush(&mut ch);
+    }
+
+    /// Writes what is queued without ever blocking; what the pipe does not take stays queued.
+    /// A changed pausing state is queued once the rest is written, so records never interleave
+    /// and a state that changes while the pipe is full takes no more room.
+    fn flush(&self, ch: &mut Channel) {
+        while ch.pipe.is_some() {
+            if ch.unsent.is_empty() {
+                if ch.pausing == ch.pausing_queued {
+                    return;
+                }
+                ch.pausing_queued = ch.pausing;
+                ch.unsent
+                    .extend_from_slice(if ch.pausing { b"P\0" } else { b"R\0" });
+            }
+            let Some(pipe) = ch.pipe.as_ref() else {
+                return;
+            };
+            match rustix::io::write(pipe, &ch.unsent) {
+                Ok(n) => {
+                    ch.unsent.drain(..n);
+                }
+                Err(rustix::io::Errno::INTR) => {}
+                Err(rustix::io::Errno::AGAIN) => return,
+                Err(rustix::io::Errno::PIPE) => {
+                    tracing::warn!(
+                        "the guardian (pid {}) is gone; if reaper is SIGKILLed now, its runs' \
+                         cgroups are left to the next reaper's stale sweep",
+                        self.pid
+                    );
+                    ch.reported = true;
+                    ch.pipe = None;
+                    ch.unsent.clear();
+                }
+                // Never close the pipe while the guardian may live: it would read that EOF as
+                // "reaper is done" and take over runs that are still going. Retry next time.
+                Err(e) => {
+                    if !ch.reported {
+                        ch.reported = true;
+                        tracing::warn!(
+                            "cannot write to the guardian's pipe (pid {}): {e}; if reaper is \
+                             SIGKILLed, the next reaper's stale sweep removes its runs' cgroups",
+                            self.pid
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reports, once, a guardian that cannot do its job: stopped (a process with reaper's uid
+    /// can SIGSTOP it), exited, or not reading. reaper serves on either way.
+    fn check(&self, ch: &mut Channel) {
+        if ch.reported || ch.pipe.is_none() {
+            return;
+        }
+        let what = match &self.handle {
+            Some(h) if h.is_stopped() => "is stopped (SIGSTOP)",
+            Some(h) if h.has_exited() => "has exited",
+            _ if !ch.unsent.is_empty() => "does not read its pipe",
+            _ => return,
+        };
+        ch.reported = true;
+        tracing::warn!(
+            "the guardian (pid {}) {what}: reaper serves on, but if reaper is SIGKILLed while it \
+             stays so, its runs' cgroups are removed only when the guardian runs again, or by \
+             the next reaper's stale sweep",
+            self.pid
+        );
+    }
+}
+
+/// The forked guardian: detached from reaper (a session of its own, reaper's pipe as stdin, no
+/// other descriptor of reaper's; stderr kept only where it holds nobody's EOF), named `reaper
+/// guardian PID START`, then the guardian itself ([`takeover::main`]).
+fn guardian_process(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
+    // Without room for the title it runs as it is, named as reaper.
+    let _ = detach::set_title(me, &title(me.pid, me.starttime));
+    // Closes `ready` too, with every other fd of reaper's.
+    std::mem::forget(ready);
+    detach::detach(pipe, detach::stderr_holds_an_eof());
+    takeover::main(me.pid, me.starttime)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// reaper's side of a guardian that reads nothing: its pipe (both ends non-blocking)
+    /// already full. Returns it, the read end and how many bytes fill the pipe.
+    fn with_a_full_pipe() -> (Guardian, OwnedFd, usize) {
+        use rustix::fs::OFlags;
+        let (r, w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+        rustix::fs::fcntl_setfl(&w, OFlags::NONBLOCK).unwrap();
+        rustix::fs::fcntl_setfl(&r, OFlags::NONBLOCK).unwrap();
+        let filler = [b'x'; 4096];
+        let mut filled = 0;
+        for chunk in [&filler[..], &filler[..1]] {
+            while let Ok(n) = rustix::io::write(&w, chunk) {
+                filled += n;
+            }
+        }
+        let g = Guardian {
+            pid: 1,
+            starttime: 0,
+            handle: None,
+            channel: Mutex::new(Channel {
+                pipe: Some(ChildStdin::from(w)),
+                told: Vec::new(),
+                unsent: Vec::new(),
+                reported: false,
+                full: false,
+                pausing: false,
+                pausing_queued: false,
+            }),
+        };
+        (g, r, filled)
+    }
+
+    /// Everything the guardian's end of the pipe holds now.
+    fn drain(r: &OwnedFd) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut buf = [0u8; 65536];
+        while let Ok(n) = rustix::io::read(r, &mut buf) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        got
+    }
+
+    /// A guardian that reads nothing (its pipe already full): telling it never blocks, what the
+    /// pipe does not take is queued, the queue stays bounded, the fault is reported, and once
+    /// the guardian reads again everything arrives, in order.
+    #[test]
+    fn a_full_pipe_never_blocks_and_the_queue_stays_bounded() {
+        let (g, r, filled) = with_a_full_pipe();
+        let dir = |i: usize| PathBuf::from(format!("/sys/fs/cgroup/test-{i}"));
+        for round in 0..3 {
+            for i in 0..1000 {
+                g.watch_dir(&dir(i + round));
+            }
+        }
+        {
+            let ch = g.channel.lock().unwrap();
+            assert_eq!(ch.told.len(), MAX_DIRS);
+            assert!(ch.reported && ch.full);
+            let queued: usize = (0..MAX_DIRS).map(|i| dir(i).as_os_str().len() + 2).sum();
+            assert!(!ch.unsent.is_empty() && ch.unsent.len() <= queued);
+        }
+        // The guardian reads again: the next look sends what was queued.
+        assert_eq!(drain(&r).len(), filled);
+        g.watch_dir(&dir(0));
+        assert!(g.channel.lock().unwrap().unsent.is_empty());
+        let got = drain(&r);
+        let want: Vec<u8> = (0..MAX_DIRS)
+            .flat_map(|i| format!("+{}\0", dir(i).display()).into_bytes())
+            .collect();
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            String::from_utf8_lossy(&want)
+        );
+    }
+
+    /// Pausing and resuming while the guardian reads nothing never queue more than one state
+    /// record, after what was queued before; once it reads again the newest state is what it
+    /// ends with.
+    #[test]
+    fn pausing_states_coalesce_in_a_full_pipe() {
+        let (g, r, filled) = with_a_full_pipe();
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        for _ in 0..1000 {
+            g.pausing();
+            g.resumed();
+        }
+        g.pausing();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"+/sys/fs/cgroup/a\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.resumed();
+        g.pausing();
+        assert_eq!(drain(&r), b"+/sys/fs/cgroup/a\0P\0");
+        // Full again: the first change is queued (never more than that one record), the
+        // newest state follows it once the pipe takes it.
+        let mut filled = 0;
+        {
+            let ch = g.channel.lock().unwrap();
+            let w = ch.pipe.as_ref().unwrap();
+            while let Ok(n) = rustix::io::write(w, &[b'x'; 4096]) {
+                filled += n;
+            }
+            while let Ok(n) = rustix::io::write(w, b"x") {
+                filled += n;
+            }
+        }
+        for _ in 0..1000 {
+            g.resumed();
+            g.pausing();
+        }
+        g.resumed();
+        assert_eq!(g.channel.lock().unwrap().unsent, b"R\0");
+        assert_eq!(drain(&r).len(), filled);
+        g.watch_dir(Path::new("/sys/fs/cgroup/a"));
+        assert_eq!(
+            drain(&r),
+            b"R\0",
+            "R is the newest state: nothing follows it"
+        );
+        g.pausing();
+        assert_eq!(drain(&r), b"P\0");
+    }
+}
