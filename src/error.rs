@@ -210,11 +210,6 @@ impl ContainError {
         self
     }
 
-    pub(crate) fn of_kind(mut self, kind: ContainErrorKind) -> Self {
-        self.kind = kind;
-        self
-    }
-
     /// What kind of failure this is.
     pub fn kind(&self) -> ContainErrorKind {
         self.kind

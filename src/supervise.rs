@@ -340,15 +340,6 @@ impl Supervisor {
         }
     }
 
-    pub fn run(&self) -> &Run {
-        &self.run
-    }
-
-    /// For a face's own action on the run between steps (check's interrupt).
-    pub fn run_mut(&mut self) -> &mut Run {
-        &mut self.run
-    }
-
     /// Whether the leader has exited, looked at now (and reaped, if so: the next step says
     /// [`Step::LeaderExited`]).
     pub fn leader_exited(&mut self) -> bool {

@@ -31,8 +31,7 @@ use std::sync::Arc;
 #[cfg(target_os = "linux")]
 use crate::containment::limits;
 use crate::containment::{self, AnyBackend, Backend};
-use crate::event::{Event, EventSink};
-use crate::outcome::{self, Outcome};
+use crate::event::EventSink;
 use crate::process::{Escapee, Process};
 use crate::Guardian;
 use leader::Leader;
@@ -84,11 +83,6 @@ impl Run {
                 .map(str::to_owned);
         }
         None
-    }
-
-    /// The leader's exit code or signal name, once it has been reaped.
-    pub fn leader_status_parts(&self) -> (Option<i32>, Option<String>) {
-        outcome::status_parts(self.leader.status)
     }
 
     /// Live processes of the run.

@@ -3,7 +3,6 @@
 //! the [`Command`]; and the one translation of a failed spawn into an [`Error`].
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
 
 use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
