@@ -6,22 +6,32 @@ use std::time::Instant;
 
 use serde::Serialize;
 
+/// One transition of a run. Serialized with `"event"` naming the variant in kebab-case
+/// (`{"event":"spawned","pid":…}`), the form `--events` prints.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
 pub enum Event {
     /// The leader runs, inside its containment.
     Spawned {
+        /// The leader's pid.
         pid: i32,
+        /// The containment in use (`cgroup`, `subreaper`, `pgid`).
         backend: &'static str,
+        /// The run cgroup, for the cgroup backend.
         cgroup: Option<String>,
     },
     /// The leader was reaped.
     LeaderExited {
+        /// Its exit code, when it exited.
         code: Option<i32>,
+        /// The signal that killed it (`TERM`), when one did.
         signal: Option<String>,
     },
     /// The wall-clock limit passed.
-    Timeout { after_ms: u64 },
+    Timeout {
+        /// The limit, in milliseconds.
+        after_ms: u64,
+    },
     /// The client asked the run to stop (an MCP cancel). `check`'s interrupt is not one: it
     /// is the check's own signal to the leader, after which the run goes on.
     CancelRequested,
@@ -31,23 +41,37 @@ pub enum Event {
     /// closed once what was sent has been relayed.
     StdinEof,
     /// reaper itself got a signal.
-    ReaperSignalled { signal: String },
+    ReaperSignalled {
+        /// Its name (`INT`).
+        signal: String,
+    },
     /// A signal went to `n` processes of the run (`via`: pidfd or cgroup.kill).
     Signalled {
+        /// The signal's name (`TERM`).
         signal: String,
+        /// How many processes it went to.
         n: usize,
+        /// `pidfd` or `cgroup.kill`.
         via: &'static str,
     },
     /// Init mode: a signal reaper got was passed on to `n` processes (the leader, or the whole
     /// tree with `--forward-to tree`) without stopping the run.
-    Forwarded { signal: String, n: usize },
+    Forwarded {
+        /// The signal's name.
+        signal: String,
+        /// How many processes it went to.
+        n: usize,
+    },
     /// No live process is left in the run.
     TreeEmpty,
     /// The run is over: how many processes were killed, and what could not be; `escapees`:
     /// the processes of the run that had left its cgroup (see `Outcome::escapees`).
     Reaped {
+        /// As `Outcome::killed`.
         killed: usize,
+        /// As `Outcome::survivors`: must be empty.
         survivors: Vec<String>,
+        /// As `Outcome::escapees`.
         escapees: Vec<String>,
         /// What the limits did and the run's CPU time (cgroup backend only).
         #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,6 +90,7 @@ pub struct EventSink {
 }
 
 impl EventSink {
+    /// A sink that drops every event.
     pub fn none() -> Self {
         Self {
             started: Instant::now(),

@@ -11,19 +11,26 @@ use crate::containment::setup;
 #[cfg(target_os = "linux")]
 use crate::containment::Backend;
 
+/// Everything `reaper doctor` reports, found by trying.
 #[derive(Debug, Default, Serialize)]
 pub struct Report {
+    /// The kernel release (`uname -r`).
     pub kernel: String,
     /// `unified` (pure v2), `hybrid` (v1 controllers + v2), or `none`.
     pub cgroup_mode: &'static str,
+    /// Where cgroup2 is mounted.
     pub cgroup2_mount: Option<String>,
+    /// This process's cgroup, as `/proc/self/cgroup` names it.
     pub own_cgroup: Option<String>,
+    /// The same, as a directory.
     pub own_cgroup_dir: Option<String>,
     /// Under systemd: what asking the service manager for a delegated scope did.
     pub delegation: Option<String>,
     /// The delegated unit run cgroups are created in, when there is one.
     pub delegated_unit: Option<String>,
+    /// The controllers available in the cgroup run cgroups are made in.
     pub controllers: Vec<String>,
+    /// The controllers enabled for its children.
     pub subtree_control: Vec<String>,
     /// The controllers reaper can use for limits here (`memory` for --memory-max, `pids` for
     /// --pids-max, `cpu` for --cpus).
@@ -32,20 +39,26 @@ pub struct Report {
     pub limits_error: Option<String>,
     /// Whether a run cgroup could be created (and was removed again).
     pub cgroup_writable: bool,
+    /// Whether `cgroup.kill` exists (Linux 5.14).
     pub cgroup_kill: bool,
     /// Whether leaders can be created inside their cgroup (`clone3(CLONE_INTO_CGROUP)`);
     /// otherwise they join through `cgroup.procs`, ~10 ms slower per run.
     pub clone_into_cgroup: bool,
+    /// Why no run cgroup could be created.
     pub cgroup_error: Option<String>,
+    /// Whether pidfds work (Linux 5.3).
     pub pidfd: bool,
+    /// Whether this process may become a child subreaper.
     pub subreaper: bool,
-    /// Whether the pgid backend can read the process table here, and from where.
+    /// Whether the pgid backend can read the process table here.
     pub pgid: bool,
+    /// Where it reads it from.
     pub pgid_table: Option<String>,
     /// Without a run cgroup: what tells `subreaper` and `pgid` apart, to choose between them.
     pub without_cgroup: Option<String>,
     /// The backend `--containment auto` picks here.
     pub auto_backend: &'static str,
+    /// Why it picks that one.
     pub why: String,
     /// macOS: what the pgid backend, the only one there, does not contain.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -54,6 +67,7 @@ pub struct Report {
     pub container: Container,
     /// Which parts of `--sandbox` this machine allows (Linux).
     pub sandbox: SandboxReport,
+    /// What to do to get more containment here.
     pub hints: Vec<String>,
 }
 
@@ -81,15 +95,20 @@ pub struct SandboxReport {
 /// One way out of the run's cgroup, and what the kernel said when the probe tried it.
 #[derive(Debug, Serialize)]
 pub struct SandboxRoute {
+    /// The route (`clone3(CLONE_INTO_CGROUP)`).
     pub route: &'static str,
+    /// The kernel refused it.
     pub closed: bool,
     /// `closed (WHY)`, or `OPEN`.
     pub status: String,
 }
 
+/// One part of the sandbox, and whether this machine allows it.
 #[derive(Debug, Serialize)]
 pub struct SandboxPart {
+    /// The part (`user namespace`).
     pub part: &'static str,
+    /// `yes`, `no: WHY`, or `untested`.
     pub status: String,
 }
 

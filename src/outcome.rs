@@ -31,18 +31,25 @@ pub enum StopReason {
     Shutdown,
 }
 
+/// How a run ended, and what ending it took: what `reaper run --json` prints and
+/// `Child::wait` returns.
 #[derive(Debug, Clone, Serialize)]
 pub struct Outcome {
+    /// The command line that was run.
     pub argv: Vec<String>,
+    /// The containment used (`cgroup`, `subreaper`, `pgid`).
     pub backend: &'static str,
+    /// The run cgroup, for the cgroup backend (removed by the time the run is over).
     pub cgroup: Option<String>,
     /// Under systemd: the delegated scope (or unit) the run cgroup lives in.
     pub scope: Option<String>,
+    /// The leader's pid.
     pub leader_pid: i32,
     /// The leader's exit code, when it exited.
     pub exit_code: Option<i32>,
     /// The signal that killed the leader (`TERM`), when one did.
     pub signal: Option<String>,
+    /// Why the run ended.
     pub stop_reason: StopReason,
     /// The signal reaper received, for `stop_reason: signal`.
     pub received_signal: Option<String>,
@@ -68,11 +75,13 @@ pub struct Outcome {
     pub limits: Option<crate::containment::limits::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend only).
     pub usage: Option<crate::containment::limits::Usage>,
+    /// The leader's wait status, when it was reaped.
     #[serde(skip)]
     pub leader_status: Option<ExitStatus>,
 }
 
 impl Outcome {
+    /// Records the leader's wait status, and the exit code and signal it gives.
     pub fn set_leader_status(&mut self, st: Option<ExitStatus>) {
         self.leader_status = st;
         (self.exit_code, self.signal) = status_parts(st);

@@ -11,9 +11,9 @@
 //!    └── timeout / signal / cancel / parent died / shutdown ─► Decided(reason) ─► stop ─► Outcome
 //! ```
 //!
-//! [`Supervisor::step`] is cancel-safe (the phase and deadlines live in the supervisor, not in
-//! the future), so a face can put it in its own `select!` beside its pipes, and reach the run
-//! between two steps ([`Supervisor::run`]): mcp drains codex's output after
+//! [`Child::step`](crate::Child::step) is cancel-safe (the phase and deadlines live in the
+//! supervisor, not in the future), so a caller can put it in its own `select!` beside its pipes,
+//! and reach the run between two steps: mcp drains codex's output after
 //! [`Step::LeaderExited`], check looks at the survivors after the settle time.
 
 use std::future::Future;

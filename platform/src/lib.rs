@@ -5,7 +5,7 @@
 //! every signal through [`signal`], every reap through [`reap`].
 //!
 //! Linux and macOS. The run layer uses the portable part ([`process`], [`signal`], [`reap`],
-//! [`proctable`]); cgroups, pidfds and the subreaper are in [`linux`], and [`macos`] is only
+//! [`proctable`]); cgroups, pidfds and the subreaper are in [`linux`], and `macos` is only
 //! what macOS does differently (and is compiled, never run, in CI).
 
 pub mod errno;

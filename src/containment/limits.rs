@@ -26,6 +26,7 @@ pub struct Limits {
 pub const CPU_PERIOD_USEC: u64 = 100_000;
 
 impl Limits {
+    /// No limit is set.
     pub fn is_empty(&self) -> bool {
         self.memory_max.is_none() && self.pids_max.is_none() && self.cpus.is_none()
     }

@@ -3,7 +3,7 @@
 //! business (reaper's `containment::pgid`), not this layer's.
 //!
 //! Sources: `/proc` on Linux ([`crate::linux::proctable`]), `ps` on macOS
-//! ([`crate::macos::PsTable`], with the parser in [`ps`], tested on Linux);
+//! (`macos::PsTable`, with the parser in [`ps`], tested on Linux);
 //! [`crate::process::table`] picks this platform's.
 
 pub mod ps;
