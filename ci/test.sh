@@ -64,6 +64,18 @@ else
   echo "no test skipped"
 fi
 
+step "the library alone, embedded: tests/embed (default-features = false)"
+# What an agent that embeds reaper compiles: none of the binary's dependencies.
+tree=$(cargo tree --manifest-path tests/embed/Cargo.toml -e normal --prefix none)
+for dep in clap rmcp zbus tracing-subscriber tokio-util; do
+  if grep -q "^$dep v" <<<"$tree"; then
+    echo "tests/embed pulls in $dep: the library must not need it"
+    exit 1
+  fi
+done
+echo "no clap, rmcp, zbus, tracing-subscriber or tokio-util in the library's tree"
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/embed" cargo test --manifest-path tests/embed/Cargo.toml
+
 step "interop tests with real MCP clients"
 ci/interop.sh
 

@@ -157,17 +157,11 @@ impl Drop for Run {
             reap::unregister_leader(pid);
         };
         let deadline = std::time::Instant::now() + KILL_DEADLINE;
-        let work = move || {
+        super::dropped::clean_up(deadline, move || {
             if let Some(c) = cleanup {
                 c(deadline);
             }
             reap_leader(deadline);
-        };
-        if let Err(e) = std::thread::Builder::new()
-            .name("reaper-cleanup".into())
-            .spawn(work)
-        {
-            tracing::warn!("cannot clean up after a dropped run ({e}): its cgroup is left to the guardian or the next sweep");
-        }
+        });
     }
 }

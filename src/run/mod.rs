@@ -18,7 +18,9 @@
 //! | `leader` | the leader: pidfd wait, reaping, job control and the terminal        |
 //! | `stop`   | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
 //! | `finish` | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
+//! | `dropped`| a run dropped before its end: cleanup threads, the exit hook         |
 
+mod dropped;
 mod finish;
 mod leader;
 pub(crate) mod spawn;
