@@ -55,7 +55,33 @@ PATH = re.compile(r"\b(crate|super|self)((?:::\s*(?:\{[^}]*\}|[A-Za-z_][A-Za-z0-
 USE_GROUP = re.compile(r"\buse\s+(crate|super|self)::\{")
 
 
-def targets(mod, src, known):
+def reexports(root_src, known):
+    """Names the crate root re-exports (`pub use a::b::{X, Y}`), each mapped to its module, so
+    `crate::X` counts as an import of the module that defines X."""
+    out = {}
+    for m in re.finditer(r"pub(?:\([^)]*\))?\s+use\s+([^;]+);", root_src):
+        spec = re.sub(r"\s+", "", m.group(1))
+        base, _, group = spec.partition("::{")
+        names = group.rstrip("}").split(",") if group else [base.split("::")[-1]]
+        if not group:
+            base = "::".join(base.split("::")[:-1])
+        parts = [p for p in base.split("::") if p and p not in ("crate", "self")]
+        best = None
+        path = ()
+        for seg in parts:
+            path = path + (seg,)
+            if path in known:
+                best = path
+        if best is None:
+            continue
+        for n in names:
+            n = n.split("as")[-1] if "as" in n else n
+            if n and n != "self":
+                out[n] = best
+    return out
+
+
+def targets(mod, src, known, exported=None):
     """The modules `mod`'s source names."""
     found = set()
     for m in PATH.finditer(src):
@@ -84,6 +110,8 @@ def targets(mod, src, known):
                     best = path
                 else:
                     break
+            if best is None and base == () and exported and p and p[0] in exported:
+                best = exported[p[0]]
             if best is None and base in known and base != mod:
                 best = base
             if best is not None and best != mod:
@@ -93,11 +121,12 @@ def targets(mod, src, known):
 
 def graph(base, crate):
     known = modules(base, crate)
+    exported = reexports(strip_tests(open(known[()]).read()), known) if () in known else {}
     g = {}
     for mod, f in known.items():
         src = strip_tests(open(f).read())
         edges = set()
-        for t in targets(mod, src, known):
+        for t in targets(mod, src, known, exported):
             if t[: len(mod)] == mod:  # its own submodule
                 continue
             edges.add(t)

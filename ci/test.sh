@@ -18,11 +18,17 @@ cargo fmt --all --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "layering: no import circle; the library never names the binary (ci/layering.py)"
+python3 ci/layering.py
+
+step "cargo doc: every public item documented, no broken link"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p reaper -p reaper-platform
+
 step "macOS build: cargo check + clippy --target x86_64-apple-darwin"
 # The pgid backend is macOS's; its platform code is compiled here, never run. No linker needed.
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
   cargo check --target x86_64-apple-darwin -p reaper-platform
-  cargo clippy --target x86_64-apple-darwin --bin reaper -- -D warnings
+  cargo clippy --target x86_64-apple-darwin --lib --bin reaper --examples -- -D warnings
   cargo clippy --target x86_64-apple-darwin -p reaper-testkit --bin reaper-fixture --bin fake-codex -- -D warnings
 else
   echo "skipped: the x86_64-apple-darwin target is not installed (rustup target add x86_64-apple-darwin)"

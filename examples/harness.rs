@@ -62,7 +62,10 @@ async fn main() -> ExitCode {
 
     print!("{}", String::from_utf8_lossy(&out));
     eprint!("{}", String::from_utf8_lossy(&err));
-    println!("--- {}", serde_json::to_string(&outcome).unwrap_or_default());
+    println!(
+        "--- {}",
+        serde_json::to_string(&outcome).unwrap_or_default()
+    );
     ExitCode::from(outcome.exit_code(false))
 }
 

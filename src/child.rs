@@ -44,7 +44,16 @@ impl std::fmt::Debug for Child {
     }
 }
 
-pub(crate) async fn spawn(cmd: &mut Command) -> Result<Child, Error> {
+impl Command {
+    /// Starts the command in fresh containment: the leader runs no code of its own outside it.
+    /// The standard streams set to [`Stdio::Piped`](crate::Stdio::Piped) are taken from this
+    /// command (set them again to spawn it once more); the rest can be spawned again as it is.
+    pub async fn spawn(&mut self) -> Result<Child, Error> {
+        spawn(self).await
+    }
+}
+
+async fn spawn(cmd: &mut Command) -> Result<Child, Error> {
     let requests = cmd.requests.clone().unwrap_or_default();
     let (run, pipes) = Run::start(cmd).await?;
     let leader = run.leader_pid();

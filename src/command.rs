@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::options::{ContainOptions, Containment, Delegation, Options, Sandbox};
 use crate::supervise::{Plan, Requests, StopSpec, Target};
-use crate::{Child, Error, EventSink, Guardian, Limits, Signal};
+use crate::{EventSink, Guardian, Limits, Signal};
 
 /// A command to run contained: the program, its arguments, environment, working directory and
 /// standard streams (as [`std::process::Command`] has them), how to contain its tree
@@ -52,7 +53,7 @@ pub enum Stdio {
     Inherit,
     /// `/dev/null`.
     Null,
-    /// A pipe whose other end is the [`Child`]'s `stdin`, `stdout` or `stderr`.
+    /// A pipe whose other end is the [`Child`](crate::Child)'s `stdin`, `stdout` or `stderr`.
     Piped,
     /// This file descriptor.
     Fd(OwnedFd),
@@ -67,149 +68,6 @@ impl From<OwnedFd> for Stdio {
 impl From<std::fs::File> for Stdio {
     fn from(f: std::fs::File) -> Stdio {
         Stdio::Fd(f.into())
-    }
-}
-
-/// Which containment a run asks for. What each does *not* contain is said at each variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Containment {
-    /// `Cgroup` when a run cgroup can be made here, else `Subreaper` (Linux); `Pgid` on macOS.
-    /// With [`Limits`] it never falls back: a limit needs the cgroup.
-    #[default]
-    Auto,
-    /// A cgroup v2 of the run's own: the kernel holds every descendant, whatever it does with
-    /// `setsid`, and `cgroup.kill` kills them all at once, even a fork storm. Does not contain:
-    /// a process that leaves the cgroup (root can, and a user below a cgroup they own) once no
-    /// look saw it — use [`Sandbox`] where the command is not trusted with that.
-    Cgroup,
-    /// This process as child subreaper: orphans of the tree come back to it. Does not contain:
-    /// the tree if this process is SIGKILLed (there is no kernel object to name it by); and it
-    /// holds this process's whole subtree as one, so only with [`crate::own_every_child`].
-    Subreaper,
-    /// The leader's process group, and every group and session the tree was seen in, by polling
-    /// the process table. Does not contain: a process that double-forks and calls `setsid()`
-    /// between two looks (see `poll`), nor anything once this process is SIGKILLed.
-    Pgid,
-}
-
-/// `--sandbox`: a tree that cannot leave its cgroup, even as root (Linux, cgroup backend).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sandbox {
-    /// User, mount and cgroup namespaces of the run's own, the cgroup file system read-only,
-    /// no new privileges, the capabilities that reach outside dropped, a seccomp filter (no
-    /// `clone3`, no new cgroup namespace), a session of its own.
-    On,
-    /// The same, and a PID namespace with its own `/proc`, the leader its PID 1: the tree sees
-    /// and signals nothing outside it.
-    Pid,
-}
-
-/// Under systemd, whether reaper first asks the service manager for a delegated scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Delegation {
-    /// Under systemd, move this process into a scope of its own with `Delegate=yes` unless it
-    /// is in a delegated unit already (a normal user's session cgroup is not theirs to write).
-    #[default]
-    Auto,
-    /// Never ask systemd; create run cgroups where this process is.
-    Never,
-}
-
-/// How a run is contained: what [`Command`]'s containment setters set, as one value that many
-/// commands can share ([`Command::contain`]): a server that runs many commands keeps one.
-#[derive(Debug, Clone)]
-pub struct ContainOptions {
-    pub(crate) containment: Containment,
-    pub(crate) cgroup_parent: Option<PathBuf>,
-    pub(crate) poll: Duration,
-    pub(crate) guardian: Option<Arc<Guardian>>,
-    pub(crate) delegation: Delegation,
-    pub(crate) limits: Limits,
-    pub(crate) sandbox: Option<Sandbox>,
-}
-
-pub(crate) use ContainOptions as Options;
-
-impl ContainOptions {
-    /// Tries the containment these options get (a run cgroup is made and removed) and says
-    /// whether concurrent runs get trees of their own: they do with cgroups; the subreaper
-    /// backend holds this process's whole subtree as one, so stopping one run would stop the
-    /// others. When `Auto` got a cgroup, pins these options to [`Containment::Cgroup`]: a run
-    /// that later cannot get one fails and says why, instead of falling back into a subtree it
-    /// would share. Fails when there are limits and no run could get them. For a server that
-    /// runs commands side by side; runs them one at a time when this says false.
-    pub async fn keep_runs_apart(&mut self) -> Result<bool, crate::ContainError> {
-        crate::containment::select::isolated(self).await
-    }
-
-    /// The limits these options set.
-    pub fn get_limits(&self) -> Limits {
-        self.limits
-    }
-
-    /// The guardian these options pass on, if any.
-    pub fn get_guardian(&self) -> Option<&Arc<Guardian>> {
-        self.guardian.as_ref()
-    }
-}
-
-impl ContainOptions {
-    /// How to contain the tree.
-    pub fn containment(&mut self, c: Containment) -> &mut Self {
-        self.containment = c;
-        self
-    }
-
-    /// Creates the run's cgroup under this cgroup (a directory under the cgroup2 mount, or a
-    /// path relative to it) instead of this process's own.
-    pub fn cgroup_parent(&mut self, dir: impl AsRef<Path>) -> &mut Self {
-        self.cgroup_parent = Some(dir.as_ref().to_owned());
-        self
-    }
-
-    /// [`Containment::Pgid`]: the slowest interval between two looks at the process table.
-    pub fn poll(&mut self, every: Duration) -> &mut Self {
-        self.poll = every;
-        self
-    }
-
-    /// Under systemd: whether to ask for a delegated scope first.
-    pub fn delegation(&mut self, d: Delegation) -> &mut Self {
-        self.delegation = d;
-        self
-    }
-
-    /// Resource limits for the whole tree (cgroup backend only: anything else refuses them).
-    pub fn limits(&mut self, limits: Limits) -> &mut Self {
-        self.limits = limits;
-        self
-    }
-
-    /// Starts the command in a sandbox it cannot undo (see [`Sandbox`]).
-    pub fn sandbox(&mut self, sandbox: Option<Sandbox>) -> &mut Self {
-        self.sandbox = sandbox;
-        self
-    }
-
-    /// A guardian that kills and removes the run's cgroup if this process is SIGKILLed (see
-    /// [`Guardian`]). Off by default.
-    pub fn guardian(&mut self, guardian: Arc<Guardian>) -> &mut Self {
-        self.guardian = Some(guardian);
-        self
-    }
-}
-
-impl Default for ContainOptions {
-    fn default() -> Self {
-        ContainOptions {
-            containment: Containment::Auto,
-            cgroup_parent: None,
-            poll: Duration::from_millis(50),
-            guardian: None,
-            delegation: Delegation::Auto,
-            limits: Limits::default(),
-            sandbox: None,
-        }
     }
 }
 
@@ -414,7 +272,7 @@ impl Command {
         self
     }
 
-    /// Where stop requests come from besides the [`Child`]'s own methods (signals to this
+    /// Where stop requests come from besides the [`Child`](crate::Child)'s own methods (signals to this
     /// process, a client's cancel, …).
     pub fn requests(&mut self, requests: Requests) -> &mut Self {
         self.requests = Some(requests);
@@ -438,12 +296,5 @@ impl Command {
             .chain(&self.args)
             .map(|a| a.to_string_lossy().into_owned())
             .collect()
-    }
-
-    /// Starts the command in fresh containment: the leader runs no code of its own outside it.
-    /// The standard streams set to [`Stdio::Piped`] are taken from this command (set them again
-    /// to spawn it once more); the rest can be spawned again as it is.
-    pub async fn spawn(&mut self) -> Result<Child, Error> {
-        crate::child::spawn(self).await
     }
 }

@@ -184,6 +184,7 @@ impl ContainError {
         }
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn join_failed() -> Self {
         Self::new(
             ContainErrorKind::JoinFailed,
@@ -191,20 +192,24 @@ impl ContainError {
         )
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn io(kind: ContainErrorKind, what: impl fmt::Display, e: &std::io::Error) -> Self {
         Self::new(kind, format!("{what}: {e}")).with_errno(e.raw_os_error())
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn on(mut self, path: impl AsRef<Path>) -> Self {
         self.path = Some(path.as_ref().to_owned());
         self
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn with_errno(mut self, errno: Option<i32>) -> Self {
         self.errno = errno;
         self
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn hint(mut self, hint: &'static str) -> Self {
         self.hint = Some(hint);
         self
@@ -362,3 +367,33 @@ impl std::error::Error for SandboxError {
         }
     }
 }
+
+/// Why no guardian could be started.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum GuardianError {
+    /// This process has more than one thread, or its `/proc/self/stat` could not be read: the
+    /// fork would not be sound.
+    NotSingleThreaded,
+    /// The pipe, the fork, or a look at the child failed.
+    Io(std::io::Error),
+    /// The guardian is Linux's (it cleans up cgroups).
+    NotLinux,
+}
+
+impl std::fmt::Display for GuardianError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GuardianError::NotSingleThreaded => f.write_str(
+                "cannot start the guardian: it is forked, which needs a single-threaded \
+                 process (start it first thing in main, before any runtime or thread)",
+            ),
+            GuardianError::Io(e) => write!(f, "cannot start the guardian: {e}"),
+            GuardianError::NotLinux => {
+                f.write_str("the guardian is Linux-only (it cleans up cgroups)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for GuardianError {}

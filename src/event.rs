@@ -75,7 +75,7 @@ pub enum Event {
         escapees: Vec<String>,
         /// What the limits did and the run's CPU time (cgroup backend only).
         #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<crate::containment::limits::Usage>,
+        usage: Option<crate::limits::Usage>,
     },
 }
 

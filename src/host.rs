@@ -7,7 +7,7 @@ use serde::Serialize;
 use crate::containment::{select, BackendKind};
 
 #[cfg(target_os = "linux")]
-use crate::containment::setup;
+use crate::containment::cgroup::{create, delegate, limits, place, CgroupBackend};
 #[cfg(target_os = "linux")]
 use crate::containment::Backend;
 
@@ -160,7 +160,7 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
         .enable_all()
         .build();
     let delegation = runtime.map(|rt| {
-        rt.block_on(crate::containment::delegate::ensure(delegation))
+        rt.block_on(delegate::ensure(delegation == crate::Delegation::Auto))
             .clone()
     });
     let refused = match delegation {
@@ -168,13 +168,13 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
             r.delegation = Some(d.describe());
             r.delegated_unit = d.unit().map(str::to_owned);
             match d {
-                crate::containment::delegate::Delegation::Failed { why } => Some(why),
+                delegate::Delegated::Failed { why } => Some(why),
                 _ => None,
             }
         }
         Err(e) => Some(format!("cannot start the async runtime: {e}")),
     };
-    match setup::discover() {
+    match place::discover() {
         Err(e) => r.cgroup_error = Some(e.to_string()),
         Ok(env) => {
             r.cgroup_mode = if env.hybrid { "hybrid" } else { "unified" };
@@ -196,9 +196,9 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
             }
             let created = placement.and_then(|p| {
                 if let Some(g) = &guardian {
-                    g.watch_dir(&p.dir);
+                    crate::containment::Watcher::watch(*g, &p.dir);
                 }
-                setup::create_run_cgroup(&p)
+                create::create_run_cgroup(&p).and_then(CgroupBackend::new)
             });
             match created {
                 Ok(mut b) => {
@@ -295,9 +295,9 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
 pub fn cgroup_writable() -> bool {
     #[cfg(target_os = "linux")]
     {
-        setup::discover()
+        place::discover()
             .and_then(|env| env.placement(None))
-            .and_then(|p| setup::create_run_cgroup(&p))
+            .and_then(|p| create::create_run_cgroup(&p).and_then(CgroupBackend::new))
             .map(|mut b| {
                 let _ = b.release();
             })
@@ -595,8 +595,8 @@ fn container(r: &mut Report) {
 
 /// Which limits would work, as a run would check them (nothing is enabled).
 #[cfg(target_os = "linux")]
-fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placement) {
-    use crate::containment::limits::{self, Limits};
+fn limit_controllers(r: &mut Report, env: &place::CgroupEnv, p: &place::Placement) {
+    use crate::Limits;
     let one = [
         Limits {
             memory_max: Some(1),
@@ -613,7 +613,12 @@ fn limit_controllers(r: &mut Report, env: &setup::CgroupEnv, p: &setup::Placemen
     ];
     let mut errors = Vec::new();
     for l in one {
-        match limits::check(&l, env, p, limits::ownership(false)) {
+        match limits::check(
+            &l,
+            env,
+            p,
+            limits::ownership(false, delegate::done().is_some_and(|d| d.unit().is_some())),
+        ) {
             Ok(_) => r
                 .limit_controllers
                 .extend(l.controllers().iter().map(|(c, _)| (*c).to_owned())),

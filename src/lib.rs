@@ -73,23 +73,24 @@ mod guardian;
 #[path = "no_guardian.rs"]
 mod guardian;
 pub mod host;
+mod limits;
+mod options;
 mod outcome;
 mod process;
 mod run;
 pub mod supervise;
 
 pub use child::Child;
-pub use command::{
-    Command, ContainOptions, Containment, Delegation, Sandbox, Stdio, DEFAULT_GRACE,
-};
-pub use containment::limits::{Limits, Usage};
+pub use command::{Command, Stdio, DEFAULT_GRACE};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
-pub use error::{ContainError, ContainErrorKind, Error, SandboxError};
+pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxError};
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
+pub use limits::{Limits, Usage};
+pub use options::{ContainOptions, Containment, Delegation, Sandbox};
 pub use outcome::{status_parts, ExitStatus, Outcome, StopReason};
-pub use process::{BackendKind, Escapee, Process};
+pub use process::{BackendKind, Escapee, Identity, Process};
 pub use reaper_platform::Signal;
 
 /// Declares that every child of this process is reaper's to reap and contain: makes this

@@ -1,42 +1,62 @@
 //! No guardian outside Linux. The guardian names a run's tree by its cgroup, and only Linux
-//! has cgroups: the pgid backend's groups and sessions live in reaper's memory alone, so once
-//! reaper is SIGKILLed nothing could find the tree again (README: what pgid does not contain).
+//! has cgroups: the pgid backend's groups and sessions live in this process's memory alone, so
+//! once it is SIGKILLed nothing could find the tree again (what pgid does not contain).
 //!
 //! `Guardian` has no values, so every `Option<Arc<Guardian>>` of the shared run code is `None`
 //! and that code needs no `cfg` of its own.
 
+use std::path::Path;
+use std::sync::Arc;
+
+pub use crate::error::GuardianError;
+
+/// The guardian, which exists on Linux only: here every way to start one fails with
+/// [`GuardianError::NotLinux`].
 #[derive(Debug)]
 pub enum Guardian {}
 
 impl Guardian {
-    pub fn spawn() -> Result<Guardian, String> {
-        Err("the guardian is Linux-only (it cleans up cgroups)".into())
+    /// Fails: the guardian is Linux-only.
+    pub fn fork() -> Result<Arc<Guardian>, GuardianError> {
+        Err(GuardianError::NotLinux)
     }
 
+    /// Fails: the guardian is Linux-only.
+    pub fn exec(_program: &Path) -> Result<Arc<Guardian>, GuardianError> {
+        Err(GuardianError::NotLinux)
+    }
+
+    /// Says the guardian is Linux-only and returns 125.
+    pub fn serve(_reaper_pid: i32, _reaper_start: u64) -> u8 {
+        eprintln!("reaper: {}", GuardianError::NotLinux);
+        125
+    }
+
+    /// The guardian's pid.
     pub fn pid(&self) -> i32 {
         match *self {}
     }
 
+    /// This process's teardown is complete.
     pub fn done(&self) {
         match *self {}
     }
 
-    pub fn pausing(&self) {
+    pub(crate) fn pausing(&self) {
         match *self {}
     }
 
-    pub fn resumed(&self) {
+    pub(crate) fn resumed(&self) {
         match *self {}
     }
 }
 
-/// Nothing to fork before the runtime: reaper is always the parent here.
-pub fn fork_early() -> Option<u8> {
-    None
-}
+impl crate::containment::Watcher for Guardian {
+    fn watch(&self, _dir: &Path) {
+        match *self {}
+    }
 
-/// `reaper guardian PID STARTTIME`, which reaper itself only starts on Linux.
-pub fn main(_reaper_pid: i32, _reaper_start: u64) -> u8 {
-    eprintln!("reaper: the guardian is Linux-only");
-    125
+    fn process(&self) -> crate::Identity {
+        match *self {}
+    }
 }

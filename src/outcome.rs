@@ -72,9 +72,9 @@ pub struct Outcome {
     /// The guardian process that would have cleaned up had reaper been killed.
     pub guardian_pid: Option<i32>,
     /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
-    pub limits: Option<crate::containment::limits::Limits>,
+    pub limits: Option<crate::limits::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend only).
-    pub usage: Option<crate::containment::limits::Usage>,
+    pub usage: Option<crate::limits::Usage>,
     /// The leader's wait status, when it was reaped.
     #[serde(skip)]
     pub leader_status: Option<ExitStatus>,

@@ -1,6 +1,7 @@
 //! The processes a run has: [`Process`], named for good by pid and start time, and
 //! [`Escapee`], one that left the run's cgroup; [`BackendKind`], the containment a run got.
 
+pub use reaper_platform::process::Identity;
 use serde::Serialize;
 
 /// A process of a run, named for good: its pid and start time (clock ticks after boot,
@@ -16,6 +17,14 @@ pub struct Process {
 }
 
 impl Process {
+    /// The process, named for good.
+    pub fn identity(&self) -> Identity {
+        Identity {
+            pid: self.pid,
+            starttime: self.starttime,
+        }
+    }
+
     /// How reports name a process: `sleep (pid 1234)`.
     pub fn label(&self) -> String {
         format!("{} (pid {})", self.comm, self.pid)

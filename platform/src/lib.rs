@@ -9,7 +9,10 @@
 //! what macOS does differently (and is compiled, never run, in CI).
 
 pub mod errno;
+pub mod exit_watch;
+pub mod group;
 pub mod hangup;
+pub mod identity;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "macos")]

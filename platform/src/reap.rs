@@ -55,6 +55,11 @@ pub fn reap_every_child(every: bool) {
     EVERY_CHILD.store(every, std::sync::atomic::Ordering::SeqCst);
 }
 
+/// Whether [`reap_every_child`] made every child this process's to reap.
+pub fn reaps_every_child() -> bool {
+    EVERY_CHILD.load(std::sync::atomic::Ordering::SeqCst)
+}
+
 struct Table(std::sync::MutexGuard<'static, Option<HashMap<i32, Option<ExitStatus>>>>);
 
 impl std::ops::Deref for Table {

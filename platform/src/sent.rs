@@ -29,6 +29,29 @@ pub const FAULTS: [Signal; 7] = [
 /// The pipe's write end, for the handler (-1 before [`install`]).
 static WRITE_END: AtomicI32 = AtomicI32::new(-1);
 
+/// A close-on-exec, non-blocking pipe: `pipe2(2)` where there is one; macOS has none, and
+/// nothing forks while `install` runs (it is called once, before any run).
+fn nonblocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    #[cfg(not(target_os = "macos"))]
+    {
+        use rustix::pipe::PipeFlags;
+        Ok(rustix::pipe::pipe_with(
+            PipeFlags::CLOEXEC | PipeFlags::NONBLOCK,
+        )?)
+    }
+    #[cfg(target_os = "macos")]
+    {
+        use rustix::fs::{fcntl_getfl, fcntl_setfl, OFlags};
+        use rustix::io::{fcntl_setfd, FdFlags};
+        let (read, write) = rustix::pipe::pipe()?;
+        for fd in [&read, &write] {
+            fcntl_setfd(fd, FdFlags::CLOEXEC)?;
+            fcntl_setfl(fd, fcntl_getfl(fd)? | OFlags::NONBLOCK)?;
+        }
+        Ok((read, write))
+    }
+}
+
 /// The read end of the pipe the handler writes sent signals to.
 pub struct SentFaults {
     read: AsyncFd<OwnedFd>,
@@ -37,9 +60,7 @@ pub struct SentFaults {
 /// Installs the handler for [`FAULTS`]. Once per process: a second call fails (the first one's
 /// receiver is the only one).
 pub fn install() -> io::Result<SentFaults> {
-    let (read, write) = rustix::pipe::pipe_with(
-        rustix::pipe::PipeFlags::CLOEXEC | rustix::pipe::PipeFlags::NONBLOCK,
-    )?;
+    let (read, write) = nonblocking_pipe()?;
     if WRITE_END
         .compare_exchange(-1, write.as_raw_fd(), Ordering::SeqCst, Ordering::SeqCst)
         .is_err()

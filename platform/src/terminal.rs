@@ -45,7 +45,7 @@ impl Foreground {
             rustix::fs::Mode::empty(),
         )
         .ok()?;
-        let own_group = crate::process::own_process_group();
+        let own_group = crate::group::own_process_group();
         // SAFETY: tcgetpgrp(3) only reads the terminal's state.
         let fg = unsafe { libc::tcgetpgrp(tty.as_raw_fd()) };
         (own_group > 0 && fg == own_group).then_some(Self { tty, own_group })

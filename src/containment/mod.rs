@@ -1,4 +1,4 @@
-//! Backend backends: where a run's processes live and how every one of them is found and
+//! Containment backends: where a run's processes live and how every one of them is found and
 //! killed. One trait, one file per backend; none of them decides *when* (that is the run layer's
 //! policy), so nothing here holds a grace period or a timeout of its own.
 //!
@@ -15,21 +15,16 @@
 
 #[cfg(target_os = "linux")]
 pub mod cgroup;
-#[cfg(target_os = "linux")]
-pub mod delegate;
-pub mod limits;
 pub mod pgid;
 pub mod select;
-#[cfg(target_os = "linux")]
-pub mod setup;
+mod sigstop;
 #[cfg(target_os = "linux")]
 pub mod spawn;
 #[cfg(target_os = "linux")]
 pub mod subreaper;
-mod sweep;
 
 pub(crate) use crate::error::{ContainError as Error, ContainErrorKind as Kind};
-pub use crate::process::{BackendKind, Escapee, Process};
+pub use crate::process::{BackendKind, Escapee, Identity, Process};
 
 use std::process::Command;
 
@@ -48,6 +43,17 @@ pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pidfd";
 pub const VIA_HANDLE: &str = "pid";
 #[cfg(not(target_os = "linux"))]
 pub const VIA_GROUP_AND_HANDLE: &str = "killpg+pid";
+
+/// What watches run cgroups from outside this process, to kill and remove them should this
+/// process be SIGKILLed (the guardian): told where run cgroups go before the first is made
+/// there, and left out of every run (it is this process's child, outside every run cgroup).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only cgroups are watched
+pub(crate) trait Watcher: Send + Sync {
+    /// Run cgroups will be made in `dir`.
+    fn watch(&self, dir: &std::path::Path);
+    /// The watcher's own process.
+    fn process(&self) -> Identity;
+}
 
 /// What a backend can do, so callers ask for an ability and never for a backend by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -112,7 +118,7 @@ pub trait Backend {
     /// Ends containment without stopping anyone (`check --keep`): what is alive keeps running
     /// with `limits`. Returns where it lives now (a cgroup named out of every sweep's reach), or
     /// `None` where the processes simply stay reaper's descendants (reparented when it exits).
-    fn keep(&mut self, _limits: &limits::Limits) -> Result<Kept, Error> {
+    fn keep(&mut self, _limits: &crate::limits::Limits) -> Result<Kept, Error> {
         Ok(Kept::default())
     }
     /// A spawn's error as the caller needs it: a backend's own failure between fork and exec
@@ -214,7 +220,7 @@ impl Backend for AnyBackend {
     fn cleanup_later(&mut self) -> Option<Box<dyn FnOnce(std::time::Instant) + Send>> {
         each!(self, b => b.cleanup_later())
     }
-    fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {
+    fn keep(&mut self, limits: &crate::limits::Limits) -> Result<Kept, Error> {
         each!(self, b => b.keep(limits))
     }
     fn spawn_error(&self, e: std::io::Error) -> std::io::Error {

@@ -9,10 +9,10 @@ use super::pgid::Schedule;
 use tokio::time::Instant;
 
 #[cfg(target_os = "linux")]
-use super::{limits, setup};
+use super::cgroup::{create, delegate, limits, place, stale, CgroupBackend};
 use super::{AnyBackend, Backend, BackendKind, Error, Kind};
-use crate::command::{Containment, Options};
 use crate::containment;
+use crate::options::{ContainOptions, Containment, Options};
 
 /// pgid backend: how often the process table is read right after the spawn and while the tree
 /// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
@@ -28,8 +28,8 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
     #[cfg(target_os = "linux")]
     let cgroup = || async {
         if opts.cgroup_parent.is_none() {
-            use containment::delegate::{self, Delegation};
-            if let Delegation::Failed { why } = delegate::ensure(opts.delegation).await {
+            let ask = opts.delegation == crate::Delegation::Auto;
+            if let delegate::Delegated::Failed { why } = delegate::ensure(ask).await {
                 return Err(Error::new(
                     Kind::NotDelegated,
                     format!(
@@ -40,28 +40,30 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
                 ));
             }
         }
-        let env = setup::discover()?;
+        let env = place::discover()?;
         let placement = env.placement(opts.cgroup_parent.as_deref())?;
-        // Before any cgroup is created there (the supervisor leaf included), so a reaper killed
-        // right after the mkdir still has its guardian looking in the right place.
-        if let Some(g) = &opts.guardian {
-            g.watch_dir(&placement.dir);
+        // Before any cgroup is created there (the supervisor leaf included), so a process killed
+        // right after the mkdir still has its watcher looking in the right place.
+        if let Some(w) = opts.watcher() {
+            w.watch(&placement.dir);
         }
+        let delegated = delegate::done().is_some_and(|d| d.unit().is_some());
         let enable = limits::check(
             &opts.limits,
             &env,
             &placement,
-            limits::ownership(opts.cgroup_parent.is_some()),
+            limits::ownership(opts.cgroup_parent.is_some(), delegated),
         )?;
-        setup::ensure_leaf(&env, &placement, !enable.is_empty())?;
+        create::ensure_leaf(&env, &placement, !enable.is_empty())?;
         if !enable.is_empty() {
             limits::enable(&placement, &enable)?;
         }
-        let mut backend = setup::create_run_cgroup(&placement)?;
+        let mut backend = CgroupBackend::new(create::create_run_cgroup(&placement)?)?;
         sweep_once(&placement.dir);
-        // reaper's own helper is its child outside every run cgroup, like an orphan of the run.
-        if let Some(g) = &opts.guardian {
-            backend.exclude(g.pid(), g.starttime());
+        // The watcher is this process's child outside every run cgroup, like an orphan of the
+        // run: never one of its processes.
+        if let Some(w) = opts.watcher() {
+            backend.exclude(w.process());
         }
         if let Err(e) = limits::apply(backend.cgroup(), &opts.limits) {
             let _ = backend.release();
@@ -86,7 +88,7 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
     };
     #[cfg(target_os = "linux")]
     let subreaper = || {
-        if !crate::run::owns_every_child() {
+        if !reaper_platform::reap::reaps_every_child() {
             return Err(Error::new(
                 Kind::ChildrenNotOwned,
                 "the subreaper backend takes every orphan that comes back to this process for \
@@ -97,8 +99,8 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
         foreign_proc("subreaper")?;
         containment::subreaper::SubreaperBackend::new()
             .map(|mut b| {
-                if let Some(g) = &opts.guardian {
-                    b.exclude(g.pid(), g.starttime());
+                if let Some(w) = opts.watcher() {
+                    b.exclude(w.process());
                 }
                 AnyBackend::Subreaper(b)
             })
@@ -159,7 +161,7 @@ pub async fn contain(opts: &Options) -> Result<(AnyBackend, Option<String>), Err
             Ok(b) => Ok((AnyBackend::Cgroup(b), None)),
             // No fallback: the subreaper cannot enforce a limit.
             Err(why) if !opts.limits.is_empty() => Err(why),
-            Err(why) if crate::run::owns_every_child() => subreaper().map(|b| {
+            Err(why) if reaper_platform::reap::reaps_every_child() => subreaper().map(|b| {
                 let warning = format!(
                     "reaper: warning: no cgroup for this run ({why}); using the subreaper backend instead; run `reaper doctor` for details"
                 );
@@ -247,7 +249,7 @@ fn sweep_once(dir: &std::path::Path) {
     if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
         let dir = dir.to_owned();
         let task = tokio::spawn(async move {
-            setup::sweep_stale(&dir, Instant::now() + SWEEP_DEADLINE).await;
+            stale::sweep_stale(&dir, Instant::now() + SWEEP_DEADLINE).await;
         });
         *SWEEP.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
     }
@@ -290,6 +292,19 @@ pub async fn isolated(opts: &mut Options) -> Result<bool, Error> {
         tracing::debug!("removing the probe's containment: {e}");
     }
     Ok(apart)
+}
+
+impl ContainOptions {
+    /// Tries the containment these options get (a run cgroup is made and removed) and says
+    /// whether concurrent runs get trees of their own: they do with cgroups; the subreaper
+    /// backend holds this process's whole subtree as one, so stopping one run would stop the
+    /// others. When `Auto` got a cgroup, pins these options to [`Containment::Cgroup`]: a run
+    /// that later cannot get one fails and says why, instead of falling back into a subtree it
+    /// would share. Fails when there are limits and no run could get them. For a server that
+    /// runs commands side by side; runs them one at a time when this says false.
+    pub async fn keep_runs_apart(&mut self) -> Result<bool, crate::ContainError> {
+        isolated(self).await
+    }
 }
 
 #[cfg(test)]

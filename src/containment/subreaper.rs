@@ -16,12 +16,12 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use super::{Backend, BackendKind, Capabilities, Error, Process};
+use super::{Backend, BackendKind, Capabilities, Error, Identity, Process};
 
 pub struct SubreaperBackend {
     self_pid: i32,
     /// Subtrees that are not the run's (reaper's guardian), by `(pid, starttime)`.
-    exclude: Vec<(i32, u64)>,
+    exclude: Vec<Identity>,
     sigchld: Option<SignalStream>,
 }
 
@@ -38,8 +38,8 @@ impl SubreaperBackend {
     /// Leaves the subtree of `pid` (started at `starttime`) out of the run (reaper's own
     /// helpers). The start time matters: a helper that exits is reaped like any orphan, and its
     /// pid may then be reused by a process of the run.
-    pub fn exclude(&mut self, pid: i32, starttime: u64) {
-        self.exclude.push((pid, starttime));
+    pub fn exclude(&mut self, process: Identity) {
+        self.exclude.push(process);
     }
 
     /// Whether reaper has a live child outside `exclude`: the same answer as
@@ -49,7 +49,7 @@ impl SubreaperBackend {
     /// direct child is left that is not excluded.
     fn has_live_child(&self) -> bool {
         procfs::children(self.self_pid).into_iter().any(|c| {
-            procfs::stat(c).is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&(c, s.starttime)))
+            procfs::stat(c).is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
         })
     }
 }
@@ -95,7 +95,7 @@ impl Backend for SubreaperBackend {
     /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
     /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
     fn kill_all(&self) -> Vec<Process> {
-        let killed = super::sweep::stop_subtree(self.self_pid, &self.exclude).kill();
+        let killed = super::sigstop::stop_subtree(self.self_pid, &self.exclude).kill();
         reap::reap_orphans();
         killed
     }

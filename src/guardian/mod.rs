@@ -47,35 +47,7 @@ use reaper_platform::linux::pidfd::Pidfd;
 use reaper_platform::linux::{procfs, reap, signal};
 use reaper_platform::Signal;
 
-/// Why no guardian could be started.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum GuardianError {
-    /// This process has more than one thread, or its `/proc/self/stat` could not be read: the
-    /// fork would not be sound.
-    NotSingleThreaded,
-    /// The pipe, the fork, or a look at the child failed.
-    Io(std::io::Error),
-    /// The guardian is Linux's (it cleans up cgroups).
-    NotLinux,
-}
-
-impl std::fmt::Display for GuardianError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            GuardianError::NotSingleThreaded => f.write_str(
-                "cannot start the guardian: it is forked, which needs a single-threaded \
-                 process (start it first thing in main, before any runtime or thread)",
-            ),
-            GuardianError::Io(e) => write!(f, "cannot start the guardian: {e}"),
-            GuardianError::NotLinux => {
-                f.write_str("the guardian is Linux-only (it cleans up cgroups)")
-            }
-        }
-    }
-}
-
-impl std::error::Error for GuardianError {}
+pub use crate::error::GuardianError;
 
 /// A process that outlives this one only to clean up after it: if this process is SIGKILLed
 /// (alone, or with its process group, as MCP clients do to their servers), the guardian kills
@@ -162,6 +134,19 @@ fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, GuardianError>
     })
 }
 
+impl crate::containment::Watcher for Guardian {
+    fn watch(&self, dir: &Path) {
+        self.watch_dir(dir);
+    }
+
+    fn process(&self) -> crate::Identity {
+        crate::Identity {
+            pid: self.pid,
+            starttime: self.starttime,
+        }
+    }
+}
+
 impl Guardian {
     /// Forks the guardian of this process. Call it first thing in `main`, while this process
     /// has a single thread (before any tokio runtime): a fork is sound only then. In the
@@ -203,7 +188,10 @@ impl Guardian {
     /// and so cannot [`Guardian::fork`].
     pub fn exec(program: &Path) -> Result<Arc<Guardian>, GuardianError> {
         use std::os::unix::process::CommandExt;
-        let (pid, start) = procfs::self_identity().map_err(GuardianError::Io)?;
+        let procfs::Identity {
+            pid,
+            starttime: start,
+        } = procfs::self_identity().map_err(GuardianError::Io)?;
         let mut cmd = std::process::Command::new(program);
         cmd.arg0("reaper")
             .args(["guardian", &pid.to_string(), &start.to_string()])
@@ -215,16 +203,7 @@ impl Guardian {
                 std::process::Stdio::inherit()
             })
             .env_remove("RUST_LOG");
-        // SAFETY: setsid(2) and close_range(2) are async-signal-safe and allocation-free. A
-        // session of its own puts the guardian outside this process's group and session;
-        // close-on-exec on every fd above stderr: the guardian keeps no fd this process
-        // inherited (a caller's pipe it would hold open).
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::close_range(3, u32::MAX, libc::CLOSE_RANGE_CLOEXEC as i32);
-                rustix::process::setsid().map(drop).map_err(Into::into)
-            });
-        }
+        detach::detach_on_exec(&mut cmd);
         // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
         // failed, and until the lock is let go the guardian's pid is its own.
         let reaping = reap::hold();
@@ -248,15 +227,10 @@ impl Guardian {
         self.pid
     }
 
-    /// The guardian's start time: with [`Guardian::pid`], names it even after it was reaped.
-    pub(crate) fn starttime(&self) -> u64 {
-        self.starttime
-    }
-
     /// reaper is about to create cgroups under `dir`: if reaper dies, the guardian kills and
     /// removes the ones that carry its name there. Cheap after the first call for a directory:
     /// one look at the guardian's state, no write.
-    pub(crate) fn watch_dir(&self, dir: &Path) {
+    fn watch_dir(&self, dir: &Path) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
         if ch.told.len() >= MAX_DIRS {
             // Only a reaper moved from cgroup to cgroup again and again gets here; what it

@@ -10,7 +10,7 @@ use reaper_platform::linux::pidfd::Pidfd;
 use reaper_platform::linux::{detach, procfs, signal};
 use reaper_platform::Signal;
 
-use crate::containment::setup;
+use crate::containment::cgroup::{place, stale};
 
 /// Once reaper is dead, how long the guardian waits for its pipe to reach EOF.
 const EOF_AFTER_DEATH: Duration = Duration::from_millis(200);
@@ -47,14 +47,14 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
     // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
     // run included.
-    let owner = setup::Owner {
+    let owner = place::Owner {
         pidns: Some(pidns),
         pid: reaper_pid,
         start: reaper_start,
     };
-    let leaf = setup::supervisor_name(owner);
+    let leaf = place::supervisor_name(owner);
     let runs = owned(&dirs, |name| {
-        setup::owner_of(name) == Some(owner) && name != leaf
+        place::owner_of(name) == Some(owner) && name != leaf
     });
     let leaves = owned(&dirs, |name| name == leaf);
     if runs.is_empty() && leaves.is_empty() {
@@ -273,21 +273,22 @@ fn owned(dirs: &[PathBuf], mine: impl Fn(&str) -> bool) -> Vec<PathBuf> {
 /// every signal whose default action ends a process and that a stop may send is ignored; SIGKILL
 /// (the outer reaper's `cgroup.kill`) still ends it, as it must.
 fn ignore_stop_signals() {
+    use reaper_platform::Signal;
     detach::ignore_signals(&[
-        libc::SIGTERM,
-        libc::SIGINT,
-        libc::SIGHUP,
-        libc::SIGQUIT,
-        libc::SIGALRM,
-        libc::SIGUSR1,
-        libc::SIGUSR2,
-        libc::SIGPIPE,
-        libc::SIGVTALRM,
-        libc::SIGPROF,
-        libc::SIGPOLL,
-        libc::SIGPWR,
-        libc::SIGXCPU,
-        libc::SIGXFSZ,
+        Signal::TERM,
+        Signal::INT,
+        Signal::HUP,
+        Signal::QUIT,
+        Signal::ALARM,
+        Signal::USR1,
+        Signal::USR2,
+        Signal::PIPE,
+        Signal::VTALARM,
+        Signal::PROF,
+        Signal::IO,
+        Signal::POWER,
+        Signal::XCPU,
+        Signal::XFSZ,
     ]);
 }
 
@@ -301,7 +302,7 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
     let deadline = tokio::time::Instant::now() + TAKEOVER_DEADLINE;
     let mut failed = false;
     for path in cgroups {
-        match setup::remove_tree(&Cgroup::at(path), deadline).await {
+        match stale::remove_tree(&Cgroup::at(path), deadline).await {
             Ok(()) if loud => say!(
                 "reaper guardian: reaper is gone or could not clean up; killed and removed {}",
                 path.display()

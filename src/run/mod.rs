@@ -31,7 +31,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
-use crate::containment::limits;
+use crate::containment::cgroup::limits;
 use crate::containment::{self, AnyBackend, Backend};
 use crate::event::EventSink;
 use crate::process::{Escapee, Process};
@@ -80,7 +80,7 @@ impl Run {
     pub fn scope(&self) -> Option<String> {
         #[cfg(target_os = "linux")]
         if self.backend.cgroup_path().is_some() {
-            return containment::delegate::done()
+            return containment::cgroup::delegate::done()
                 .and_then(|d| d.unit())
                 .map(str::to_owned);
         }
@@ -149,20 +149,11 @@ impl Run {
 #[cfg(all(test, target_os = "linux"))]
 mod tests;
 
-/// Whether [`own_every_child`] was called: reaper may then reap any child, and the subreaper
-/// backend (which takes every orphan for the run's) may be used.
-static OWNS_EVERY_CHILD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// See [`crate::own_every_child`].
+/// See [`crate::own_every_child`]: recorded in the reap layer, which then reaps any child, and
+/// which the backend selection asks before it takes every orphan for a run's (subreaper).
 pub(crate) fn own_every_child() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     reaper_platform::linux::subreaper::become_subreaper()?;
     reaper_platform::reap::reap_every_child(true);
-    OWNS_EVERY_CHILD.store(true, std::sync::atomic::Ordering::SeqCst);
     Ok(())
-}
-
-/// Whether this process declared every child reaper's ([`own_every_child`]).
-pub(crate) fn owns_every_child() -> bool {
-    OWNS_EVERY_CHILD.load(std::sync::atomic::Ordering::SeqCst)
 }

@@ -2,7 +2,9 @@
 //! std's `Command` and joined before exec (`containment::spawn` says which), both built from
 //! the [`Command`]; and the one translation of a failed spawn into an [`Error`].
 
-use std::ffi::{OsStr, OsString};
+#[cfg(target_os = "linux")]
+use std::ffi::OsStr;
+use std::ffi::OsString;
 
 use reaper_platform::process::Handle;
 use reaper_platform::terminal::Foreground;
@@ -223,6 +225,7 @@ pub(crate) struct Spawned {
 
 /// Whether this is the process's main thread: `PR_SET_PDEATHSIG` fires when the *thread* that
 /// forked a child exits, and only the main thread lives as long as the process.
+#[cfg(target_os = "linux")]
 fn on_main_thread() -> bool {
     rustix::thread::gettid() == rustix::process::getpid()
 }

@@ -96,9 +96,31 @@ pub fn detach(stdin: OwnedFd, quiet: bool) {
     // Closed below with every other fd above stderr; dropping it would close whatever reuses
     // its number.
     std::mem::forget(stdin);
-    // SAFETY: closes fds by number; nothing in this fresh child owns one above stderr.
-    if unsafe { libc::close_range(3, u32::MAX, 0) } != 0 {
+    if !close_range_above_stderr(0) {
         close_all_above_stderr();
+    }
+}
+
+/// `close_range(3, ~0, flags)`: closes (or, with `CLOSE_RANGE_CLOEXEC`, marks close-on-exec)
+/// every fd above stderr. Through the raw syscall: musl has no wrapper. False when the kernel
+/// has none (Linux < 5.9, or < 5.11 for the flag). Async-signal-safe (a `pre_exec` may call it).
+fn close_range_above_stderr(flags: u32) -> bool {
+    // SAFETY: close_range(2) acts on fd numbers only; the callers own none above stderr that
+    // they still use (a fresh child; a child between fork and exec).
+    unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, flags) == 0 }
+}
+
+/// Makes `cmd`'s child a session leader of its own (outside this process's group and
+/// session: `kill -PGID` and a terminal's SIGHUP miss it) that keeps no descriptor of this
+/// process's above stderr across its exec (a caller's pipe it would hold open).
+pub fn detach_on_exec(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: setsid(2) and close_range(2) are async-signal-safe and allocation-free.
+    unsafe {
+        cmd.pre_exec(|| {
+            close_range_above_stderr(libc::CLOSE_RANGE_CLOEXEC);
+            rustix::process::setsid().map(drop).map_err(Into::into)
+        });
     }
 }
 
@@ -181,11 +203,11 @@ pub fn set_title(me: &SelfStat, title: &[u8]) -> bool {
 }
 
 /// Ignores each of `signals` (SIG_IGN): no handler runs on their delivery.
-pub fn ignore_signals(signals: &[i32]) {
+pub fn ignore_signals(signals: &[crate::Signal]) {
     for &sig in signals {
         // SAFETY: SIG_IGN installs no handler, so no code runs on delivery.
         unsafe {
-            libc::signal(sig, libc::SIG_IGN);
+            libc::signal(sig.as_raw(), libc::SIG_IGN);
         }
     }
 }

@@ -58,9 +58,9 @@ impl Pidfd {
         Ok(())
     }
 
-    /// One registration of the pidfd's readiness for many waits (see [`crate::process::ExitWatch`]).
-    pub fn exit_watch(&self) -> std::io::Result<crate::process::ExitWatch> {
-        crate::process::ExitWatch::new(Some(self.fd.try_clone()?))
+    /// One registration of the pidfd's readiness for many waits (see [`crate::exit_watch::ExitWatch`]).
+    pub fn exit_watch(&self) -> std::io::Result<crate::exit_watch::ExitWatch> {
+        crate::exit_watch::ExitWatch::new(Some(self.fd.try_clone()?))
     }
 
     /// Whether the process has exited (non-blocking poll of the pidfd).

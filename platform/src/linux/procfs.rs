@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use rustix::process::Pid;
 
 /// The fields of `/proc/PID/stat` reaper uses (proc(5)), in the portable shape.
-pub use crate::process::ProcStat;
+pub use crate::identity::{Identity, ProcStat};
 
 /// Splits a `/proc/PID/stat` line: the pid, the comm (the text between the first `(` and the
 /// *last* `)`: a process can name itself `a) R 1 (b`), and the fields after it (field 3 first).
@@ -177,15 +177,15 @@ pub fn children(pid: i32) -> Vec<i32> {
 }
 
 /// Every descendant of `root` (not `root` itself), depth first, zombies included; `skip`
-/// prunes the subtree of each `(pid, starttime)` (reaper's guardian, say). By start time too:
+/// prunes the subtree of each process it names (reaper's guardian, say). By start time too:
 /// once a skipped process is reaped its pid may be reused by a process that must not be skipped.
-pub fn descendants(root: i32, skip: &[(i32, u64)]) -> Vec<ProcStat> {
+pub fn descendants(root: i32, skip: &[Identity]) -> Vec<ProcStat> {
     let mut out = Vec::new();
     let mut queue = vec![root];
     while let Some(p) = queue.pop() {
         for c in children(p) {
             if let Ok(s) = stat(c) {
-                if skip.contains(&(c, s.starttime)) {
+                if skip.contains(&s.identity()) {
                     continue;
                 }
                 queue.push(c);
@@ -253,10 +253,10 @@ pub fn age_secs(starttime: u64) -> Option<f64> {
     Some((uptime_secs()? - starttime as f64 / hz).max(0.0))
 }
 
-/// This process's own `(pid, starttime)`.
-pub fn self_identity() -> io::Result<(i32, u64)> {
+/// This process, named for good.
+pub fn self_identity() -> io::Result<Identity> {
     let pid = rustix::process::getpid().as_raw_nonzero().get();
-    Ok((pid, stat(pid)?.starttime))
+    Ok(stat(pid)?.identity())
 }
 
 /// The inode number of this process's PID namespace (`/proc/self/ns/pid`, as `lsns` shows
@@ -330,7 +330,7 @@ mod tests {
 
     #[test]
     fn self_is_alive_and_has_a_parent() {
-        let (pid, st) = self_identity().unwrap();
+        let Identity { pid, starttime: st } = self_identity().unwrap();
         assert!(is_alive(pid, st));
         assert!(!is_alive(pid, st + 1));
         assert!(children(pid).is_empty() || !children(pid).contains(&pid));

@@ -4,28 +4,27 @@
 use std::io;
 
 use crate::linux::procfs;
-use crate::proctable::{not_shown, sanity_check, ProcEntry, ProcessTable};
+use crate::proctable::{not_shown, sanity_check, ProcStat, ProcessTable};
 
 pub struct ProcTable;
 
 impl ProcessTable for ProcTable {
-    fn snapshot(&mut self) -> io::Result<Vec<ProcEntry>> {
+    fn snapshot(&mut self) -> io::Result<Vec<ProcStat>> {
         let dir = list()?;
-        let rows: Vec<ProcEntry> = dir
+        let rows: Vec<ProcStat> = dir
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
             // A process that exited since the listing has no stat file any more: it is simply
             // not in this snapshot.
             .filter_map(|pid| procfs::stat(pid).ok())
-            .map(ProcEntry::from)
             .collect();
         sanity_check(&rows, "/proc")?;
         Ok(rows)
     }
 
-    fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcEntry>> {
+    fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcStat>> {
         match procfs::stat(pid) {
-            Ok(s) => Ok(Some(s.into())),
+            Ok(s) => Ok(Some(s)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }
@@ -82,15 +81,19 @@ fn list() -> io::Result<std::fs::ReadDir> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::identity::Identity;
 
     #[test]
     fn snapshot_shows_this_process_with_its_identity() {
         let rows = ProcTable.snapshot().unwrap();
-        let (pid, start) = procfs::self_identity().unwrap();
+        let Identity {
+            pid,
+            starttime: start,
+        } = procfs::self_identity().unwrap();
         let me = rows.iter().find(|e| e.pid == pid).unwrap();
         assert_eq!(me.starttime, start);
         assert_eq!(me.pgid, crate::process::own_process_group());
-        assert!(!me.zombie);
+        assert!(!me.is_dead());
         assert_eq!(ProcTable.lookup(pid).unwrap().as_ref(), Some(me));
         assert_eq!(ProcTable.lookup(i32::MAX).unwrap(), None);
         ProcTable.probe().unwrap();

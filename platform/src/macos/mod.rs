@@ -14,16 +14,17 @@ pub mod process;
 
 use std::io;
 
+use crate::identity::ProcStat;
 use crate::proctable::ps::{self, PsFlavor};
-use crate::proctable::{ProcEntry, ProcessTable};
+use crate::proctable::ProcessTable;
 
 /// `/bin/ps` (setuid root on macOS, so it sees every user's processes).
 pub struct PsTable;
 
 impl ProcessTable for PsTable {
-    fn snapshot(&mut self) -> io::Result<Vec<ProcEntry>> {
+    fn snapshot(&mut self) -> io::Result<Vec<ProcStat>> {
         let rows = ps::run("/bin/ps", PsFlavor::Darwin)?;
-        let entries: Vec<ProcEntry> = rows
+        let entries: Vec<ProcStat> = rows
             .into_iter()
             .filter_map(|r| {
                 // Pid 0 (kernel_task, if listed) has no session of its own to ask for:
@@ -31,7 +32,7 @@ impl ProcessTable for PsTable {
                 if r.pid <= 0 {
                     return None;
                 }
-                let sid = crate::process::session_of(Some(r.pid)).ok()?;
+                let sid = crate::group::session_of(Some(r.pid)).ok()?;
                 Some(r.into_entry(sid))
             })
             .collect();
@@ -41,9 +42,9 @@ impl ProcessTable for PsTable {
 
     /// One process without running `ps`: `proc_pidinfo`, microseconds instead of tens of ms.
     /// Its start time is `ps`'s `lstart` (see [`process`]), so the two compare.
-    fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcEntry>> {
+    fn lookup(&mut self, pid: i32) -> io::Result<Option<ProcStat>> {
         match process::stat(pid) {
-            Ok(s) => Ok(Some(s.into())),
+            Ok(s) => Ok(Some(s)),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(e),
         }

@@ -14,7 +14,7 @@ use std::time::Duration;
 use rustix::event::kqueue::{kevent, kqueue, Event, EventFilter, EventFlags, ProcessEvents};
 use rustix::process::Pid;
 
-use crate::process::ProcStat;
+use crate::identity::{Identity, ProcStat};
 
 /// A process to watch and signal: its pid and the start time it had when the handle was
 /// opened (`None`: it had already exited then).
@@ -79,12 +79,12 @@ impl Handle {
         Ok(())
     }
 
-    /// One kqueue watch for many waits (see [`crate::process::ExitWatch`]).
-    pub fn exit_watch(&self) -> io::Result<crate::process::ExitWatch> {
+    /// One kqueue watch for many waits (see [`crate::exit_watch::ExitWatch`]).
+    pub fn exit_watch(&self) -> io::Result<crate::exit_watch::ExitWatch> {
         if !self.is_current() {
-            return crate::process::ExitWatch::new(None);
+            return crate::exit_watch::ExitWatch::new(None);
         }
-        crate::process::ExitWatch::new(watch_exit(self.pid)?)
+        crate::exit_watch::ExitWatch::new(watch_exit(self.pid)?)
     }
 
     /// Whether the process has exited (or its pid names another process now).
@@ -144,7 +144,7 @@ pub fn stat(pid: i32) -> io::Result<ProcStat> {
             _ => e,
         });
     }
-    let sid = crate::process::session_of(Some(pid)).unwrap_or(0);
+    let sid = crate::group::session_of(Some(pid)).unwrap_or(0);
     Ok(ProcStat {
         pid,
         comm: c_name(&info.pbi_comm),
@@ -176,10 +176,10 @@ pub fn is_alive(pid: i32, starttime: u64) -> bool {
     matches!(stat(pid), Ok(s) if s.starttime == starttime && !s.is_dead())
 }
 
-/// This process's own `(pid, starttime)`.
-pub fn self_identity() -> io::Result<(i32, u64)> {
+/// This process, named for good.
+pub fn self_identity() -> io::Result<Identity> {
     let pid = rustix::process::getpid().as_raw_nonzero().get();
-    Ok((pid, stat(pid)?.starttime))
+    Ok(stat(pid)?.identity())
 }
 
 /// The executable's path, when readable (`proc_pidpath(3)`).

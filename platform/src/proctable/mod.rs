@@ -1,5 +1,5 @@
-//! The process table: every process's (pid, ppid, pgid, sid, start time, state, comm), read
-//! whole. Mechanism only: which of these processes belong to a run is the pgid backend's
+//! The process table: every process's [`ProcStat`] (pid, ppid, pgid, sid, start time, state,
+//! comm), read whole. Mechanism only: which of these processes belong to a run is the pgid backend's
 //! business (reaper's `containment::pgid`), not this layer's.
 //!
 //! Sources: `/proc` on Linux ([`crate::linux::proctable`]), `ps` on macOS
@@ -8,44 +8,16 @@
 
 pub mod ps;
 
-/// One row of the process table.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProcEntry {
-    pub pid: i32,
-    pub ppid: i32,
-    pub pgid: i32,
-    pub sid: i32,
-    /// When the process started, in its source's own unit (clock ticks after boot from
-    /// `/proc`, seconds since the epoch from `ps`): only compared with values of the same source.
-    /// With the pid it names a process for good.
-    pub starttime: u64,
-    /// Exited, not yet reaped: dead (never a survivor), but its group and session still exist.
-    pub zombie: bool,
-    pub comm: String,
-}
-
-impl From<crate::process::ProcStat> for ProcEntry {
-    fn from(s: crate::process::ProcStat) -> Self {
-        ProcEntry {
-            zombie: s.is_dead(),
-            pid: s.pid,
-            ppid: s.ppid,
-            pgid: s.pgid,
-            sid: s.sid,
-            starttime: s.starttime,
-            comm: s.comm,
-        }
-    }
-}
+pub use crate::identity::ProcStat;
 
 /// Where snapshots of the process table come from.
 pub trait ProcessTable: Send {
     /// Every process on the machine. An error means the table could not be read at all; the
     /// caller must not take it for "nobody is left".
-    fn snapshot(&mut self) -> std::io::Result<Vec<ProcEntry>>;
+    fn snapshot(&mut self) -> std::io::Result<Vec<ProcStat>>;
     /// One process, if it exists. Sources that can look up a single pid cheaply (`/proc`)
     /// override this whole-table fallback.
-    fn lookup(&mut self, pid: i32) -> std::io::Result<Option<ProcEntry>> {
+    fn lookup(&mut self, pid: i32) -> std::io::Result<Option<ProcStat>> {
         Ok(self.snapshot()?.into_iter().find(|e| e.pid == pid))
     }
     /// The direct children of `pid` (zombies too), when this source can list them without
@@ -65,7 +37,7 @@ pub trait ProcessTable: Send {
 
 /// A table that does not show the calling process is not the whole table (a `ps` that failed
 /// half-way, a `/proc` mounted with `hidepid`): refuse it rather than report everyone gone.
-pub(crate) fn sanity_check(rows: &[ProcEntry], source: &str) -> std::io::Result<()> {
+pub(crate) fn sanity_check(rows: &[ProcStat], source: &str) -> std::io::Result<()> {
     let me = rustix::process::getpid().as_raw_nonzero().get();
     if rows.iter().any(|e| e.pid == me) {
         Ok(())

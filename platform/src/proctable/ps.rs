@@ -27,7 +27,7 @@ use std::fmt;
 use std::io;
 use std::process::{Command, Stdio};
 
-use super::ProcEntry;
+use super::ProcStat;
 
 /// Which `ps` prints the table, and so which keywords it is asked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -86,9 +86,9 @@ impl PsRow {
         matches!(self.state.chars().next(), Some('Z' | 'X'))
     }
 
-    pub fn into_entry(self, sid: i32) -> ProcEntry {
-        ProcEntry {
-            zombie: self.zombie(),
+    pub fn into_entry(self, sid: i32) -> ProcStat {
+        ProcStat {
+            state: self.state.chars().next().unwrap_or('?'),
             pid: self.pid,
             ppid: self.ppid,
             pgid: self.pgid,
@@ -335,7 +335,7 @@ mod tests {
         let z = rows.iter().find(|r| r.pid == 1452).unwrap().clone();
         let e = z.into_entry(1203);
         assert_eq!(
-            (e.pid, e.ppid, e.pgid, e.sid, e.zombie),
+            (e.pid, e.ppid, e.pgid, e.sid, e.is_dead()),
             (1452, 1451, 1451, 1203, true)
         );
     }

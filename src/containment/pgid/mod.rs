@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 #[cfg(target_os = "linux")]
 use reaper_platform::linux::subreaper;
 use reaper_platform::process::{self, Handle};
-use reaper_platform::proctable::{ProcEntry, ProcessTable};
+use reaper_platform::proctable::{ProcStat, ProcessTable};
 use reaper_platform::{reap, signal, Pid, Signal};
 use tokio::time::Instant;
 
@@ -72,7 +72,7 @@ struct Shared {
     tracker: Tracker,
     self_pid: i32,
     /// The members of the last look that could read the table.
-    last: Vec<ProcEntry>,
+    last: Vec<ProcStat>,
     warned: bool,
 }
 
@@ -122,7 +122,7 @@ impl Shared {
     /// One look: the live members and how many processes were new. If the table cannot be read
     /// (on macOS `ps` cannot even be started when a fork storm has used up the process limit),
     /// the last members stand: "nobody left" would end the run with the storm still running.
-    fn look(&mut self) -> (Vec<ProcEntry>, usize) {
+    fn look(&mut self) -> (Vec<ProcStat>, usize) {
         if self.look_without_the_table() {
             self.last.clear();
             return (Vec::new(), 0);
@@ -225,7 +225,7 @@ fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn member(e: ProcEntry) -> Process {
+fn member(e: ProcStat) -> Process {
     Process {
         pid: e.pid,
         starttime: e.starttime,
@@ -329,7 +329,7 @@ impl Backend for PgidBackend {
     /// new, then SIGKILL the groups and the members.
     fn kill_all(&self) -> Vec<Process> {
         let mut s = lock(&self.shared);
-        let stopped = super::sweep::stop(|round| {
+        let stopped = super::sigstop::stop(|round| {
             // The first round starts from the last look's members (the stop sequence looked
             // just before): a stopped process stays findable, and the sweep ends only when a
             // look of its own finds nobody new. Saves one whole-table read per stop.

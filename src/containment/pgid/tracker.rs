@@ -43,14 +43,9 @@
 
 use std::collections::{HashMap, HashSet};
 
-use reaper_platform::proctable::ProcEntry;
+use reaper_platform::proctable::ProcStat;
 
-/// A process named for good: pid and start time.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Identity {
-    pub pid: i32,
-    pub starttime: u64,
-}
+pub use reaper_platform::process::Identity;
 
 /// A process that adopts the run's orphans (reaper as Linux child subreaper). Its children born
 /// after the leader are the run's: orphans of the tree, whatever session they moved to. Only
@@ -64,7 +59,7 @@ pub struct Adopter {
 #[derive(Debug, Clone, Default)]
 pub struct Observation {
     /// The run's live (non-zombie) processes.
-    pub members: Vec<ProcEntry>,
+    pub members: Vec<ProcStat>,
     /// How many processes were remembered for the first time.
     pub recorded: usize,
 }
@@ -201,7 +196,7 @@ impl Tracker {
 
     /// One look at the table: claims the run's processes, remembers them with their groups and
     /// sessions, forgets what has been gone long enough, returns the live members.
-    pub fn observe(&mut self, snap: &[ProcEntry], adopter: Option<Adopter>) -> Observation {
+    pub fn observe(&mut self, snap: &[ProcStat], adopter: Option<Adopter>) -> Observation {
         let started: HashMap<i32, u64> = snap.iter().map(|e| (e.pid, e.starttime)).collect();
         forget_reused(&mut self.groups, &started);
         forget_reused(&mut self.sessions, &started);
@@ -267,10 +262,10 @@ impl Tracker {
                     // process descends from the run, so every group was founded by the run.
                     let in_ours = e.sid != self.own_sid && self.sessions.contains_key(&e.sid);
                     self.remember_group(e.pgid, founder(e.pgid), in_ours);
-                    if !e.zombie {
+                    if !e.is_dead() {
                         self.note_founder(e);
                     }
-                    if !e.zombie && fresh.insert(e.pid, e.starttime).is_none() {
+                    if !e.is_dead() && fresh.insert(e.pid, e.starttime).is_none() {
                         let was = self.procs.get(&e.pid).map(|r| r.starttime);
                         if was != Some(e.starttime) {
                             recorded += 1;
@@ -296,18 +291,13 @@ impl Tracker {
         let members = snap
             .iter()
             .zip(&ours)
-            .filter(|(e, &o)| o && !e.zombie)
+            .filter(|(e, &o)| o && !e.is_dead())
             .map(|(e, _)| e.clone())
             .collect();
         Observation { members, recorded }
     }
 
-    fn claims(
-        &self,
-        e: &ProcEntry,
-        founders: &HashMap<i32, u64>,
-        adopter: Option<Adopter>,
-    ) -> bool {
+    fn claims(&self, e: &ProcStat, founders: &HashMap<i32, u64>, adopter: Option<Adopter>) -> bool {
         let id = Identity {
             pid: e.pid,
             starttime: e.starttime,
@@ -361,7 +351,7 @@ impl Tracker {
     }
 
     /// `e` is the run's and leads its group or session: remember who founded it.
-    fn note_founder(&mut self, e: &ProcEntry) {
+    fn note_founder(&mut self, e: &ProcStat) {
         for (id, table) in [(e.pgid, &mut self.groups), (e.sid, &mut self.sessions)] {
             if id == e.pid {
                 if let Some(r) = table.get_mut(&id) {
@@ -416,26 +406,26 @@ mod tests {
     const OWN_SID: i32 = 50;
     const REAPER: i32 = 100;
 
-    fn p(pid: i32, ppid: i32, pgid: i32, sid: i32, starttime: u64) -> ProcEntry {
-        ProcEntry {
+    fn p(pid: i32, ppid: i32, pgid: i32, sid: i32, starttime: u64) -> ProcStat {
+        ProcStat {
             pid,
             ppid,
             pgid,
             sid,
             starttime,
-            zombie: false,
+            state: 'S',
             comm: format!("p{pid}"),
         }
     }
 
-    fn zombie(mut e: ProcEntry) -> ProcEntry {
-        e.zombie = true;
+    fn zombie(mut e: ProcStat) -> ProcStat {
+        e.state = 'Z';
         e
     }
 
     /// The user's shell (50, its own session), reaper (100, group 100 in session 50) and an
     /// unrelated job of the same terminal (60).
-    fn base() -> Vec<ProcEntry> {
+    fn base() -> Vec<ProcStat> {
         vec![
             p(1, 0, 1, 1, 0),
             p(50, 1, 50, 50, 10),
@@ -444,7 +434,7 @@ mod tests {
         ]
     }
 
-    fn with(extra: &[ProcEntry]) -> Vec<ProcEntry> {
+    fn with(extra: &[ProcStat]) -> Vec<ProcStat> {
         let mut v = base();
         v.extend_from_slice(extra);
         v

@@ -415,16 +415,16 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
 fn survivors(child: &Child, leader_pgid: i32, leader_sid: i32, reaper_pid: i32) -> Vec<Survivor> {
     let members = child.members();
     // Looked for by `members()`: an escapee is seen by then.
-    let escaped: Vec<(i32, u64)> = child
+    let escaped: Vec<reaper::Identity> = child
         .escapees()
         .into_iter()
-        .map(|e| (e.process.pid, e.process.starttime))
+        .map(|e| e.process.identity())
         .collect();
     members
         .into_iter()
         .filter_map(|m| {
             let mut s = describe(m.pid, m.starttime, leader_pgid, leader_sid, reaper_pid)?;
-            if escaped.contains(&(m.pid, m.starttime)) {
+            if escaped.contains(&m.identity()) {
                 s.escaped_by.push("left-cgroup");
             }
             Some(s)

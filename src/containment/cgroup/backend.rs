@@ -1,22 +1,12 @@
 //! The cgroup backend: every process of the run lives in the run's own cgroup v2, whatever it
 //! does with setsid/setpgid, so the kernel finds them all and `cgroup.kill` kills them all, even
-//! a fork storm (a process forked during the kill is killed too).
-//!
-//! A process can leave the cgroup: root can write itself into any `cgroup.procs`, and a user
-//! into any below a cgroup it owns (systemd `Delegate=yes`). It is still the run's: it descends
-//! from the leader, and reaper is a child subreaper, so while its parent lives it is found
-//! through `/proc/PID/task/*/children` of the members, and once orphaned it is reaper's own
-//! child. Such an escapee is stopped with the rest (SIGSTOP until no new one appears, SIGKILL
-//! through pidfds) and named in every report. With several runs in one reaper process (`reaper
-//! mcp`), an orphan outside every run cgroup that no run saw before it was orphaned cannot be
-//! attributed to one of them: it is left to reaper's exit (then to PID 1).
+//! a fork storm (a process forked during the kill is killed too). What left the cgroup is the
+//! [`Escapees`]' to find.
 
-use std::collections::HashSet;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
 use std::process::Command;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
@@ -25,53 +15,20 @@ use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
-use super::sweep::Stopped;
-use super::{limits, Backend, BackendKind, Capabilities, Error, Escapee, Kept, Kind, Process};
-
-/// A run cgroup this reaper process holds now.
-struct LiveRun {
-    id: u64,
-    /// Its path in the unified hierarchy.
-    path: String,
-    /// No other run was live at any time since it started: an orphan outside every run cgroup
-    /// that started after its leader can only be its.
-    alone: bool,
-}
-
-/// Every run cgroup of this reaper process, so an orphan can be told from a member of another
-/// run, and attributed only where that is certain.
-static LIVE: Mutex<Vec<LiveRun>> = Mutex::new(Vec::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-
-fn live() -> std::sync::MutexGuard<'static, Vec<LiveRun>> {
-    // A panic while holding it leaves plain data; nothing to repair.
-    LIVE.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// reaper's pid, if `/proc` is of reaper's own PID namespace (`/proc/self` names it).
-fn own_proc_pid() -> Option<i32> {
-    let me = rustix::process::getpid().as_raw_nonzero().get();
-    let shown = std::fs::read_link("/proc/self").ok()?;
-    let same = shown.to_str().and_then(|s| s.parse::<i32>().ok()) == Some(me);
-    if !same {
-        tracing::debug!(
-            "/proc is not of reaper's PID namespace (/proc/self is {}, reaper is {me}): \
-             processes that leave the run cgroup are not looked for",
-            shown.display()
-        );
-    }
-    same.then_some(me)
-}
-
-/// Whether the hierarchy path `cg` is `run` or below it.
-fn within(cg: &str, run: &str) -> bool {
-    cg == run || cg.strip_prefix(run).is_some_and(|r| r.starts_with('/'))
-}
+use super::create::RunCgroup;
+use super::escapees::{within, Escapees};
+use super::limits;
+use crate::containment::{
+    Backend, BackendKind, Capabilities, Error, Escapee, Identity, Kept, Kind,
+};
+use crate::limits::Limits;
+use crate::process::Process;
 
 /// errno a failed cgroup join reports from `pre_exec`, so the spawn error is not mistaken for
 /// a missing program (ENOENT) or an unexecutable one (EACCES).
 const JOIN_FAILED_ERRNO: i32 = rustix::io::Errno::NOTRECOVERABLE.raw_os_error();
 
+/// A run contained by a cgroup v2 of its own.
 pub struct CgroupBackend {
     cgroup: Cgroup,
     /// The cgroup's path in the unified hierarchy (what `/proc/PID/cgroup` shows), to check
@@ -84,264 +41,49 @@ pub struct CgroupBackend {
     /// Also what `clone3(CLONE_INTO_CGROUP)` creates the leader in.
     dir: OwnedFd,
     released: bool,
-    /// This run in [`LIVE`].
-    id: u64,
-    /// reaper's pid, when `/proc` shows reaper's own PID namespace. Under `unshare --pid`
-    /// without a fresh `/proc`, `/proc/1` is the host's init and every pid read from `/proc`
-    /// names another process than the same number would here: then no escapee is looked for
-    /// (anything found would be someone else's), and only the cgroup holds the run.
-    self_pid: Option<i32>,
-    /// The leader, `(pid, starttime)`, once spawned.
-    leader: Option<(i32, u64)>,
-    /// Subtrees that are not the run's (reaper's guardian), by `(pid, starttime)`.
-    exclude: Vec<(i32, u64)>,
-    /// Every escapee seen, in the order seen.
-    seen: Mutex<Vec<Escapee>>,
-    /// Set by `kill_all`: from then on an escapee nobody has signalled yet ends `wait_empty`,
-    /// so the stop sweeps it.
-    killing: AtomicBool,
-    /// The escapees `kill_all` sent SIGKILL, by `(pid, starttime)`.
-    killed: Mutex<HashSet<(i32, u64)>>,
+    /// The processes of the run outside its cgroup.
+    escapees: Escapees,
     /// Escapees are reaper's children once orphaned: their deaths wake `wait_empty`.
     sigchld: Option<SignalStream>,
 }
 
-impl Drop for CgroupBackend {
-    fn drop(&mut self) {
-        live().retain(|r| r.id != self.id);
-    }
-}
-
 impl CgroupBackend {
-    /// `owner_lock`: the cgroup's directory, locked by [`Cgroup::try_lock_owner`].
-    pub fn new(cgroup: Cgroup, hierarchy_path: String, owner_lock: OwnedFd) -> Result<Self, Error> {
-        let procs_fd = cgroup.open_procs_for_join()?;
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut live = live();
-            let alone = live.is_empty();
-            for r in live.iter_mut() {
-                r.alone = false;
+    /// The backend of a run cgroup just created; removes it again if that fails.
+    pub fn new(run: RunCgroup) -> Result<Self, Error> {
+        let RunCgroup { cgroup, path, lock } = run;
+        let procs_fd = match cgroup.open_procs_for_join() {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = cgroup.remove();
+                return Err(e.into());
             }
-            live.push(LiveRun {
-                id,
-                path: hierarchy_path.clone(),
-                alone,
-            });
-        }
+        };
         Ok(Self {
+            escapees: Escapees::new(path.clone()),
             cgroup,
-            hierarchy_path,
+            hierarchy_path: path,
             procs_fd,
-            dir: owner_lock,
+            dir: lock,
             released: false,
-            id,
-            self_pid: own_proc_pid(),
-            leader: None,
-            exclude: Vec::new(),
-            seen: Mutex::new(Vec::new()),
-            killing: AtomicBool::new(false),
-            killed: Mutex::new(HashSet::new()),
             sigchld: None,
         })
     }
 
-    /// Leaves the subtree of `(pid, starttime)` out of the run (reaper's guardian).
-    pub fn exclude(&mut self, pid: i32, starttime: u64) {
-        self.exclude.push((pid, starttime));
+    /// Leaves the subtree of `process` out of the run (reaper's guardian).
+    pub fn exclude(&mut self, process: Identity) {
+        self.escapees.exclude(process);
     }
 
-    fn seen(&self) -> std::sync::MutexGuard<'_, Vec<Escapee>> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// reaper's live children outside the run cgroup that are this run's: the leader, an
-    /// escapee seen before, or — while this run has been reaper's only one — any process in no
-    /// run cgroup of reaper's that started after the leader (an orphan of the tree, reparented
-    /// to reaper the subreaper). One read of reaper's children when there is none: the common
-    /// end pays only that.
-    fn orphans(&self) -> Vec<(procfs::ProcStat, String)> {
-        let Some(me) = self.self_pid else {
-            return Vec::new();
-        };
-        let children = procfs::children(me);
-        if children.is_empty() {
-            return Vec::new();
-        }
-        let (alone, runs): (bool, Vec<String>) = {
-            let live = live();
-            (
-                live.iter().any(|r| r.id == self.id && r.alone),
-                live.iter().map(|r| r.path.clone()).collect(),
-            )
-        };
-        let seen: HashSet<(i32, u64)> = self
-            .seen()
-            .iter()
-            .map(|e| (e.process.pid, e.process.starttime))
-            .collect();
-        children
-            .into_iter()
-            .filter_map(|pid| procfs::stat(pid).ok())
-            .filter(|s| !s.is_dead() && !self.exclude.contains(&(s.pid, s.starttime)))
-            .filter_map(|s| {
-                let cg = procfs::cgroup(s.pid)?;
-                // In a run cgroup: a member (of this run or another), not an orphan outside.
-                if runs.iter().any(|r| within(&cg, r)) {
-                    return None;
-                }
-                let id = (s.pid, s.starttime);
-                let ours = Some(id) == self.leader
-                    || seen.contains(&id)
-                    || (alone && self.leader.is_some_and(|(_, t)| s.starttime >= t));
-                ours.then_some((s, cg))
-            })
-            .collect()
-    }
-
-    /// The live escapees, each recorded in `seen` at first sight. From reaper's orphans of the
-    /// run and the escapees seen before, down their subtrees; with `from_members`, also down
-    /// the subtree of every member in the cgroup (what finds an escapee whose parent is still
-    /// in it). Without, an escapee under a live member is found once its parent dies and it is
-    /// reaper's orphan.
+    /// The live escapees; with `from_members`, also looked for down the subtree of every member
+    /// in the cgroup (what finds an escapee whose parent is still in it). Without, an escapee
+    /// under a live member is found once its parent dies and it is reaper's orphan.
     fn find_escapees(&self, from_members: bool) -> Vec<Escapee> {
         let members = if from_members {
             self.cgroup_pids()
         } else {
             Vec::new()
         };
-        self.find_escapees_below(members)
-    }
-
-    /// [`Self::find_escapees`] from the subtrees of `members` (pids read from `cgroup.procs`,
-    /// possibly before a kill) and of reaper's orphans of the run. The members' children are
-    /// read first, reaper's children after: the kernel moves an orphan from its dying parent's
-    /// children to reaper's in one step (`exit_notify`, under `tasklist_lock`), so a look at the
-    /// parent followed by a look at reaper finds it in one of the two.
-    fn find_escapees_below(&self, members: Vec<i32>) -> Vec<Escapee> {
-        if self.self_pid.is_none() {
-            return Vec::new();
-        }
-        let mut visited: HashSet<i32> = members.iter().copied().collect();
-        let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
-        let mut queue = members;
-        self.walk_down(&mut queue, &mut visited, &mut found);
-        let mut tops = self.orphans();
-        let known: Vec<Escapee> = self.seen().clone();
-        for e in known {
-            if let Ok(s) = procfs::stat(e.process.pid) {
-                if s.starttime == e.process.starttime && !s.is_dead() {
-                    let cg = procfs::cgroup(s.pid).unwrap_or(e.to);
-                    tops.push((s, cg));
-                }
-            }
-        }
-        for (s, cg) in tops {
-            if visited.insert(s.pid) && !self.owns_path(&cg) {
-                queue.push(s.pid);
-                found.push((s, cg));
-            }
-        }
-        self.walk_down(&mut queue, &mut visited, &mut found);
-        self.name_escapees(found)
-    }
-
-    /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
-    fn walk_down(
-        &self,
-        queue: &mut Vec<i32>,
-        visited: &mut HashSet<i32>,
-        found: &mut Vec<(procfs::ProcStat, String)>,
-    ) {
-        while let Some(p) = queue.pop() {
-            for c in procfs::children(p) {
-                if !visited.insert(c) {
-                    continue;
-                }
-                let Ok(s) = procfs::stat(c) else { continue };
-                if s.is_dead() || self.exclude.contains(&(s.pid, s.starttime)) {
-                    continue;
-                }
-                let Some(cg) = procfs::cgroup(c) else {
-                    continue;
-                };
-                if self.owns_path(&cg) {
-                    // A process: walked as one when `from_members`; its subtree is the run's
-                    // either way.
-                    queue.push(c);
-                    continue;
-                }
-                queue.push(c);
-                found.push((s, cg));
-            }
-        }
-    }
-
-    /// Records escapees in `seen` at first sight, and names them.
-    fn name_escapees(&self, found: Vec<(procfs::ProcStat, String)>) -> Vec<Escapee> {
-        let mut seen = self.seen();
-        found
-            .into_iter()
-            .map(|(s, cg)| {
-                let member = Process::from(s);
-                match seen.iter().find(|e| {
-                    e.process.pid == member.pid && e.process.starttime == member.starttime
-                }) {
-                    Some(e) => e.clone(),
-                    None => {
-                        let e = Escapee {
-                            process: member,
-                            to: cg,
-                        };
-                        // Bounded: an escapee that keeps starting short-lived children must not
-                        // grow reaper without end. Past the bound they are still found (from
-                        // their live ancestors) and killed, only no longer named.
-                        if seen.len() < MAX_SEEN {
-                            tracing::info!("{} of the run", e.label());
-                            seen.push(e.clone());
-                        }
-                        e
-                    }
-                }
-            })
-            .collect()
-    }
-
-    /// Whether an escapee of this run may be alive: one cheap look at reaper's children (and
-    /// the escapees seen so far). Meaningful once the cgroup is empty: then every live
-    /// descendant of the run hangs below one of reaper's children.
-    fn outside_alive(&self) -> bool {
-        !self.orphans().is_empty()
-            || self
-                .seen()
-                .iter()
-                .any(|e| procfs::is_alive(e.process.pid, e.process.starttime))
-    }
-
-    /// Whether a live escapee has not been sent SIGKILL yet.
-    fn unkilled_escapee(&self) -> bool {
-        let escapees = self.find_escapees(false);
-        let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
-        escapees
-            .iter()
-            .any(|e| !killed.contains(&(e.process.pid, e.process.starttime)))
-    }
-
-    /// SIGSTOP every live escapee, and look again until a look finds nobody new (a stopped
-    /// process cannot fork, so the set converges).
-    fn stop_escapees(&self, members: Vec<i32>) -> Stopped {
-        let mut first = Some(members);
-        super::sweep::stop(|_round| {
-            // The first look also walks the members' children: an escapee below a member is
-            // found there while its parent lives, or in reaper's children, read after, once
-            // the parent has died. Without it, it would be reparented to reaper a moment after
-            // the cgroup reads empty (the kernel leaves the cgroup before it hands the children
-            // over), and could be missed.
-            self.find_escapees_below(first.take().unwrap_or_default())
-                .into_iter()
-                .map(|e| e.process)
-                .collect()
-        })
+        self.escapees.find(members)
     }
 
     pub fn cgroup(&self) -> &Cgroup {
@@ -429,7 +171,7 @@ impl CgroupBackend {
         }
     }
 
-    /// See [`AnyBackend::clone_into_cgroup`](super::AnyBackend::clone_into_cgroup).
+    /// See [`AnyBackend::clone_into_cgroup`](crate::containment::AnyBackend::clone_into_cgroup).
     pub fn dir_fd(&self) -> std::os::fd::BorrowedFd<'_> {
         std::os::fd::AsFd::as_fd(&self.dir)
     }
@@ -471,7 +213,7 @@ impl Backend for CgroupBackend {
 
     fn spawned(&mut self, leader: reaper_platform::Pid) {
         let pid = leader.as_raw_nonzero().get();
-        self.leader = procfs::stat(pid).ok().map(|s| (pid, s.starttime));
+        self.escapees.spawned(pid);
         self.sigchld = unix_signal(SignalKind::child()).ok();
     }
 
@@ -483,13 +225,13 @@ impl Backend for CgroupBackend {
     }
 
     fn escapees(&self) -> Vec<Escapee> {
-        self.seen().clone()
+        self.escapees.seen().clone()
     }
 
     /// The cgroup is empty and no escapee lives: `populated`, then one look at reaper's
     /// children (an escapee whose parent died is one of them).
     fn is_empty(&self) -> bool {
-        self.cgroup_empty() && !self.outside_alive()
+        self.cgroup_empty() && !self.escapees.outside_alive()
     }
 
     /// `cgroup.procs` of the run's cgroup and its descendants (one read each, no /proc walk),
@@ -501,7 +243,7 @@ impl Backend for CgroupBackend {
     }
 
     fn signal_all(&self, sig: Signal) -> Vec<Process> {
-        let mut reached = super::signal_each(
+        let mut reached = crate::containment::signal_each(
             self.find_escapees(true)
                 .into_iter()
                 .map(|e| e.process)
@@ -534,7 +276,7 @@ impl Backend for CgroupBackend {
     /// one pidfd SIGKILL each. One a member forks and moves out after the walk is found once
     /// the kill has orphaned it, by the run layer's next sweep.
     fn kill_all(&self) -> Vec<Process> {
-        self.killing.store(true, Ordering::Relaxed);
+        self.escapees.killing.store(true, Ordering::Relaxed);
         let (mut killed, escapees) = if self.cgroup.has_kill() {
             // Kill first, describe after: reading /proc/PID/stat for a thousand processes takes
             // longer than the kill, and the tree keeps running meanwhile. The pids are only
@@ -543,7 +285,7 @@ impl Backend for CgroupBackend {
             if let Err(e) = signal::to_cgroup_kill(&self.cgroup) {
                 tracing::warn!("{e}");
             }
-            let escapees = self.stop_escapees(pids.clone());
+            let escapees = self.escapees.stop(pids.clone());
             let killed = pids
                 .into_iter()
                 .map(|pid| Process {
@@ -556,17 +298,15 @@ impl Backend for CgroupBackend {
         } else {
             // Before Linux 5.14 there is no cgroup.kill; one pidfd SIGKILL each, and the run
             // layer repeats the sweep until the cgroup is empty.
-            let escapees = self.stop_escapees(self.cgroup_pids());
+            let escapees = self.escapees.stop(self.cgroup_pids());
             let before = self.in_cgroup();
             self.signal_all(Signal::KILL);
             (before, escapees)
         };
-        let mut signalled = self.killed.lock().unwrap_or_else(|e| e.into_inner());
         for m in escapees.kill() {
-            signalled.insert((m.pid, m.starttime));
+            self.escapees.killed(m.identity());
             killed.push(m);
         }
-        drop(signalled);
         reap::reap_orphans();
         killed
     }
@@ -593,11 +333,11 @@ impl Backend for CgroupBackend {
             };
             if cgroup_empty {
                 reap::reap_orphans();
-                if !self.outside_alive() {
+                if !self.escapees.outside_alive() {
                     return true;
                 }
                 // An escapee lives. During the kill, one not signalled yet needs a sweep now.
-                if self.killing.load(Ordering::Relaxed) && self.unkilled_escapee() {
+                if self.escapees.killing.load(Ordering::Relaxed) && self.escapees.unkilled() {
                     return false;
                 }
                 if Instant::now() >= deadline {
@@ -606,7 +346,7 @@ impl Backend for CgroupBackend {
                 // Outside the cgroup, no `cgroup.events` tells its end: reaper's SIGCHLD (an
                 // orphaned escapee is reaper's child) or a short look-again interval.
                 let next_look = deadline.min(Instant::now() + LOOK_AGAIN);
-                super::sigchld_or(self.sigchld.as_mut(), next_look).await;
+                crate::containment::sigchld_or(self.sigchld.as_mut(), next_look).await;
                 continue;
             }
             if Instant::now() >= deadline {
@@ -619,7 +359,8 @@ impl Backend for CgroupBackend {
                         .is_err()
                     {
                         // Deadline: one more look, then give up.
-                        return !self.cgroup.populated().unwrap_or(true) && !self.outside_alive();
+                        return !self.cgroup.populated().unwrap_or(true)
+                            && !self.escapees.outside_alive();
                     }
                 }
                 None => {
@@ -659,7 +400,7 @@ impl Backend for CgroupBackend {
         }))
     }
 
-    fn keep(&mut self, limits: &limits::Limits) -> Result<Kept, Error> {
+    fn keep(&mut self, limits: &Limits) -> Result<Kept, Error> {
         let at = self.keep_in_new_cgroup()?;
         // The kept cgroup is fresh: the run's limits go with its processes.
         let unlimited = limits::apply(&Cgroup::at(&at), limits).err();
@@ -678,8 +419,6 @@ impl Backend for CgroupBackend {
     }
 }
 
-/// How many escapees a run remembers by name.
-const MAX_SEEN: usize = 10_000;
 /// While an escapee lives outside the cgroup: how often `wait_empty` looks again.
 const LOOK_AGAIN: std::time::Duration = std::time::Duration::from_millis(20);
 

@@ -18,11 +18,9 @@ use std::time::Duration;
 use reaper_platform::linux::systemd::{self, Bus, Manager};
 use tokio::sync::OnceCell;
 
-pub use crate::Delegation as Mode;
-
 /// What the delegation step did.
 #[derive(Debug, Clone)]
-pub enum Delegation {
+pub enum Delegated {
     /// Not asked, and why (not under systemd, `--delegate never`).
     NotAsked(&'static str),
     /// reaper already runs in a delegated unit.
@@ -35,11 +33,11 @@ pub enum Delegation {
     Failed { why: String },
 }
 
-impl Delegation {
+impl Delegated {
     /// The delegated unit reaper's run cgroups live in.
     pub fn unit(&self) -> Option<&str> {
         match self {
-            Delegation::Inherited { unit } | Delegation::Started { unit, .. } => Some(unit),
+            Delegated::Inherited { unit } | Delegated::Started { unit, .. } => Some(unit),
             _ => None,
         }
     }
@@ -47,12 +45,12 @@ impl Delegation {
     /// One line for `reaper doctor`.
     pub fn describe(&self) -> String {
         match self {
-            Delegation::NotAsked(why) => format!("not asked: {why}"),
-            Delegation::Inherited { unit } => format!("already in a delegated unit ({unit})"),
-            Delegation::Started { unit, bus } => {
+            Delegated::NotAsked(why) => format!("not asked: {why}"),
+            Delegated::Inherited { unit } => format!("already in a delegated unit ({unit})"),
+            Delegated::Started { unit, bus } => {
                 format!("moved into {unit}, a scope with Delegate=yes from {bus}")
             }
-            Delegation::Failed { why } => format!("failed: {why}"),
+            Delegated::Failed { why } => format!("failed: {why}"),
         }
     }
 }
@@ -63,38 +61,41 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 #[cfg(feature = "systemd")]
 const JOB_TIMEOUT: Duration = Duration::from_secs(5);
 
-static DONE: OnceCell<Delegation> = OnceCell::const_new();
+/// The step's result, once per process: it moves this process into a scope, which only
+/// happens once; every later run cgroup goes there.
+static DONE: OnceCell<Delegated> = OnceCell::const_new();
 
-/// Runs the delegation step once per process and returns what it did.
-pub async fn ensure(mode: Mode) -> &'static Delegation {
-    DONE.get_or_init(|| delegate(mode)).await
+/// Runs the delegation step once per process and returns what it did; `ask: false`
+/// (`--delegate never`) records that systemd was not asked.
+pub async fn ensure(ask: bool) -> &'static Delegated {
+    DONE.get_or_init(|| delegate(ask)).await
 }
 
 /// What the step did, if it ran (for reports).
-pub fn done() -> Option<&'static Delegation> {
+pub fn done() -> Option<&'static Delegated> {
     DONE.get()
 }
 
-async fn delegate(mode: Mode) -> Delegation {
-    if mode == Mode::Never {
-        return Delegation::NotAsked("--delegate never");
+async fn delegate(ask: bool) -> Delegated {
+    if !ask {
+        return Delegated::NotAsked("--delegate never");
     }
     if !reaper_platform::linux::systemd_booted() {
-        return Delegation::NotAsked("systemd is not the service manager here");
+        return Delegated::NotAsked("systemd is not the service manager here");
     }
     // A container's read-only cgroup file system: a scope would not make it writable, and a
     // manager reached through a shared bus socket would move reaper for nothing.
-    if super::setup::discover().is_ok_and(|env| {
+    if super::place::discover().is_ok_and(|env| {
         reaper_platform::linux::namespaces::read_only(&env.mount.mount_point).unwrap_or(false)
     }) {
-        return Delegation::NotAsked("the cgroup file system is read-only here (a container?)");
+        return Delegated::NotAsked("the cgroup file system is read-only here (a container?)");
     }
     ask_systemd().await
 }
 
 #[cfg(not(feature = "systemd"))]
-async fn ask_systemd() -> Delegation {
-    Delegation::Failed {
+async fn ask_systemd() -> Delegated {
+    Delegated::Failed {
         why: "systemd is the service manager here, and this reaper was built without D-Bus \
               support (the `systemd` feature) to ask it for a delegated scope"
             .into(),
@@ -102,7 +103,7 @@ async fn ask_systemd() -> Delegation {
 }
 
 #[cfg(feature = "systemd")]
-async fn ask_systemd() -> Delegation {
+async fn ask_systemd() -> Delegated {
     let bus = if rustix::process::geteuid().is_root() {
         Bus::System
     } else {
@@ -110,7 +111,7 @@ async fn ask_systemd() -> Delegation {
     };
     match ask(bus).await {
         Ok(d) => d,
-        Err(e) => Delegation::Failed {
+        Err(e) => Delegated::Failed {
             why: format!(
                 "{} did not give reaper a delegated scope: {e}",
                 bus.as_str()
@@ -120,19 +121,20 @@ async fn ask_systemd() -> Delegation {
 }
 
 #[cfg(feature = "systemd")]
-async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
+async fn ask(bus: Bus) -> Result<Delegated, systemd::SystemdError> {
     let manager = Manager::connect(bus, CALL_TIMEOUT).await?;
     // PID 0 means "the caller" to systemd, which then takes reaper's pid from the bus's peer
     // credentials, in its own PID namespace: in a container reaper's own pid names some other
     // process there, and moving that one into reaper's scope would touch what is not reaper's.
     if let Ok((unit, true)) = manager.unit_of(0).await {
-        return Ok(Delegation::Inherited { unit });
+        return Ok(Delegated::Inherited { unit });
     }
-    let (_, start) =
-        reaper_platform::linux::procfs::self_identity().map_err(|e| systemd::SystemdError {
-            step: "naming the scope",
-            detail: format!("cannot read /proc/self/stat: {e}"),
-        })?;
+    let reaper_platform::process::Identity {
+        starttime: start, ..
+    } = reaper_platform::linux::procfs::self_identity().map_err(|e| systemd::SystemdError {
+        step: "naming the scope",
+        detail: format!("cannot read /proc/self/stat: {e}"),
+    })?;
     let pid = rustix::process::getpid().as_raw_nonzero().get();
     let unit = format!("reaper-{pid}-{start}.scope");
     manager
@@ -154,7 +156,7 @@ async fn ask(bus: Bus) -> Result<Delegation, systemd::SystemdError> {
             detail: format!("{unit} started, but /proc/self/cgroup says {}", own.trim()),
         });
     }
-    Ok(Delegation::Started {
+    Ok(Delegated::Started {
         unit,
         bus: bus.as_str(),
     })

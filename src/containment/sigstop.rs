@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use reaper_platform::process::Handle;
 use reaper_platform::{signal, Signal};
 
-use super::Process;
+use super::{Identity, Process};
 
 /// Rounds of looking at the most: each round stops every process it finds, and only a process
 /// still running can add new ones, so a fork storm converges in a few.
@@ -22,12 +22,12 @@ pub(crate) struct Stopped(Vec<(Process, Handle)>);
 /// pgid backend SIGSTOPs its remembered groups there). A process that exits or whose pid was
 /// reused before it could be stopped is left out.
 pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Process>) -> Stopped {
-    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    let mut seen: HashSet<Identity> = HashSet::new();
     let mut held: Vec<(Process, Handle)> = Vec::new();
     for round in 0..MAX_STOP_ROUNDS {
         let fresh: Vec<Process> = look(round)
             .into_iter()
-            .filter(|m| seen.insert((m.pid, m.starttime)))
+            .filter(|m| seen.insert(m.identity()))
             .collect();
         if fresh.is_empty() {
             break;
@@ -52,14 +52,14 @@ pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Process>) -> Stopped {
 ///   its children to reaper, the subreaper, so reaper's own children are looked at again after
 ///   the walk, until a look finds nobody new.
 ///
-/// `exclude` prunes the subtree of each `(pid, starttime)` (reaper's guardian); zombies are left
+/// `exclude` prunes the subtree of each process it names (reaper's guardian); zombies are left
 /// out (their children were reparented when they exited). The same result as [`stop`] with a
 /// full walk as its look, which lists every process at least twice (to find it, then to confirm
 /// nothing new appeared) and reads each `stat` three times (two walks, [`Handle::open_checked`]).
 #[cfg(target_os = "linux")]
-pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
+pub(crate) fn stop_subtree(root: i32, exclude: &[Identity]) -> Stopped {
     use reaper_platform::linux::procfs;
-    let mut seen: HashSet<(i32, u64)> = HashSet::new();
+    let mut seen: HashSet<Identity> = HashSet::new();
     let mut held: Vec<(Process, Handle)> = Vec::new();
     let mut stopped_pids: HashSet<i32> = HashSet::new();
     // Stops each new process of `pids`; returns the ones it stopped.
@@ -82,7 +82,7 @@ pub(crate) fn stop_subtree(root: i32, exclude: &[(i32, u64)]) -> Stopped {
             let Ok(st) = procfs::stat(pid) else {
                 continue;
             };
-            let id = (pid, st.starttime);
+            let id = st.identity();
             if st.is_dead() || exclude.contains(&id) || seen.contains(&id) {
                 continue;
             }

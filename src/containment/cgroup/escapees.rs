@@ -1,0 +1,315 @@
+//! The run's escapees: processes of the tree that left the run's cgroup.
+//!
+//! Root can write itself into any `cgroup.procs`, and a user into any below a cgroup it owns
+//! (systemd `Delegate=yes`). Such a process is still the run's: it descends from the leader,
+//! and reaper is a child subreaper, so while its parent lives it is found through
+//! `/proc/PID/task/*/children` of the members, and once orphaned it is reaper's own child. It
+//! is stopped with the rest (SIGSTOP until no new one appears, SIGKILL through pidfds) and named
+//! in every report. With several runs in one reaper process (`reaper mcp`), an orphan outside
+//! every run cgroup that no run saw before it was orphaned cannot be attributed to one of them:
+//! it is left to reaper's exit (then to PID 1).
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use reaper_platform::linux::procfs;
+
+use crate::containment::sigstop::{self, Stopped};
+use crate::process::{Escapee, Identity, Process};
+
+/// A run cgroup this reaper process holds now.
+struct LiveRun {
+    id: u64,
+    /// Its path in the unified hierarchy.
+    path: String,
+    /// No other run was live at any time since it started: an orphan outside every run cgroup
+    /// that started after its leader can only be its.
+    alone: bool,
+}
+
+/// Every run cgroup of this reaper process, so an orphan can be told from a member of another
+/// run, and attributed only where that is certain.
+static LIVE: Mutex<Vec<LiveRun>> = Mutex::new(Vec::new());
+static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+
+fn live() -> std::sync::MutexGuard<'static, Vec<LiveRun>> {
+    // A panic while holding it leaves plain data; nothing to repair.
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// reaper's pid, if `/proc` is of reaper's own PID namespace (`/proc/self` names it).
+fn own_proc_pid() -> Option<i32> {
+    let me = rustix::process::getpid().as_raw_nonzero().get();
+    let shown = std::fs::read_link("/proc/self").ok()?;
+    let same = shown.to_str().and_then(|s| s.parse::<i32>().ok()) == Some(me);
+    if !same {
+        tracing::debug!(
+            "/proc is not of reaper's PID namespace (/proc/self is {}, reaper is {me}): \
+             processes that leave the run cgroup are not looked for",
+            shown.display()
+        );
+    }
+    same.then_some(me)
+}
+
+/// Whether the hierarchy path `cg` is `run` or below it.
+pub fn within(cg: &str, run: &str) -> bool {
+    cg == run || cg.strip_prefix(run).is_some_and(|r| r.starts_with('/'))
+}
+
+/// How many escapees a run remembers by name.
+const MAX_SEEN: usize = 10_000;
+
+/// One run's escapees: what is known of them, and how to find the rest.
+pub struct Escapees {
+    /// This run in [`LIVE`].
+    id: u64,
+    /// The run cgroup's path in the unified hierarchy (what `/proc/PID/cgroup` shows).
+    path: String,
+    /// reaper's pid, when `/proc` shows reaper's own PID namespace. Under `unshare --pid`
+    /// without a fresh `/proc`, `/proc/1` is the host's init and every pid read from `/proc`
+    /// names another process than the same number would here: then no escapee is looked for
+    /// (anything found would be someone else's), and only the cgroup holds the run.
+    self_pid: Option<i32>,
+    /// The leader, once spawned.
+    leader: Option<Identity>,
+    /// Subtrees that are not the run's (reaper's guardian).
+    exclude: Vec<Identity>,
+    /// Every escapee seen, in the order seen.
+    seen: Mutex<Vec<Escapee>>,
+    /// Set once the kill began: from then on an escapee nobody has signalled yet ends
+    /// `wait_empty`, so the stop sweeps it.
+    pub killing: AtomicBool,
+    /// The escapees the kill sent SIGKILL.
+    killed: Mutex<HashSet<Identity>>,
+}
+
+impl Drop for Escapees {
+    fn drop(&mut self) {
+        live().retain(|r| r.id != self.id);
+    }
+}
+
+impl Escapees {
+    /// The escapees of the run in the cgroup at hierarchy path `path`, registered in [`LIVE`].
+    pub fn new(path: String) -> Self {
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut live = live();
+            let alone = live.is_empty();
+            for r in live.iter_mut() {
+                r.alone = false;
+            }
+            live.push(LiveRun {
+                id,
+                path: path.clone(),
+                alone,
+            });
+        }
+        Self {
+            id,
+            path,
+            self_pid: own_proc_pid(),
+            leader: None,
+            exclude: Vec::new(),
+            seen: Mutex::new(Vec::new()),
+            killing: AtomicBool::new(false),
+            killed: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// Leaves the subtree of `process` out of the run (reaper's guardian).
+    pub fn exclude(&mut self, process: Identity) {
+        self.exclude.push(process);
+    }
+
+    /// The leader runs: orphans that started after it may be the run's.
+    pub fn spawned(&mut self, leader: i32) {
+        self.leader = procfs::stat(leader).ok().map(|s| s.identity());
+    }
+
+    /// Every escapee seen so far.
+    pub fn seen(&self) -> std::sync::MutexGuard<'_, Vec<Escapee>> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records that the kill sent SIGKILL to `process`.
+    pub fn killed(&self, process: Identity) {
+        self.killed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(process);
+    }
+
+    /// reaper's live children outside the run cgroup that are this run's: the leader, an
+    /// escapee seen before, or — while this run has been reaper's only one — any process in no
+    /// run cgroup of reaper's that started after the leader (an orphan of the tree, reparented
+    /// to reaper the subreaper). One read of reaper's children when there is none: the common
+    /// end pays only that.
+    fn orphans(&self) -> Vec<(procfs::ProcStat, String)> {
+        let Some(me) = self.self_pid else {
+            return Vec::new();
+        };
+        let children = procfs::children(me);
+        if children.is_empty() {
+            return Vec::new();
+        }
+        let (alone, runs): (bool, Vec<String>) = {
+            let live = live();
+            (
+                live.iter().any(|r| r.id == self.id && r.alone),
+                live.iter().map(|r| r.path.clone()).collect(),
+            )
+        };
+        let seen: HashSet<Identity> = self.seen().iter().map(|e| e.process.identity()).collect();
+        children
+            .into_iter()
+            .filter_map(|pid| procfs::stat(pid).ok())
+            .filter(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
+            .filter_map(|s| {
+                let cg = procfs::cgroup(s.pid)?;
+                // In a run cgroup: a member (of this run or another), not an orphan outside.
+                if runs.iter().any(|r| within(&cg, r)) {
+                    return None;
+                }
+                let id = s.identity();
+                let ours = Some(id) == self.leader
+                    || seen.contains(&id)
+                    || (alone && self.leader.is_some_and(|l| s.starttime >= l.starttime));
+                ours.then_some((s, cg))
+            })
+            .collect()
+    }
+
+    /// The live escapees, each recorded in `seen` at first sight: from the subtrees of `members` (pids read from `cgroup.procs`,
+    /// possibly before a kill) and of reaper's orphans of the run. The members' children are
+    /// read first, reaper's children after: the kernel moves an orphan from its dying parent's
+    /// children to reaper's in one step (`exit_notify`, under `tasklist_lock`), so a look at the
+    /// parent followed by a look at reaper finds it in one of the two.
+    pub fn find(&self, members: Vec<i32>) -> Vec<Escapee> {
+        if self.self_pid.is_none() {
+            return Vec::new();
+        }
+        let mut visited: HashSet<i32> = members.iter().copied().collect();
+        let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
+        let mut queue = members;
+        self.walk_down(&mut queue, &mut visited, &mut found);
+        let mut tops = self.orphans();
+        let known: Vec<Escapee> = self.seen().clone();
+        for e in known {
+            if let Ok(s) = procfs::stat(e.process.pid) {
+                if s.starttime == e.process.starttime && !s.is_dead() {
+                    let cg = procfs::cgroup(s.pid).unwrap_or(e.to);
+                    tops.push((s, cg));
+                }
+            }
+        }
+        for (s, cg) in tops {
+            if visited.insert(s.pid) && !within(&cg, &self.path) {
+                queue.push(s.pid);
+                found.push((s, cg));
+            }
+        }
+        self.walk_down(&mut queue, &mut visited, &mut found);
+        self.name(found)
+    }
+
+    /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
+    fn walk_down(
+        &self,
+        queue: &mut Vec<i32>,
+        visited: &mut HashSet<i32>,
+        found: &mut Vec<(procfs::ProcStat, String)>,
+    ) {
+        while let Some(p) = queue.pop() {
+            for c in procfs::children(p) {
+                if !visited.insert(c) {
+                    continue;
+                }
+                let Ok(s) = procfs::stat(c) else { continue };
+                if s.is_dead() || self.exclude.contains(&s.identity()) {
+                    continue;
+                }
+                let Some(cg) = procfs::cgroup(c) else {
+                    continue;
+                };
+                if within(&cg, &self.path) {
+                    // A process: walked as one when `from_members`; its subtree is the run's
+                    // either way.
+                    queue.push(c);
+                    continue;
+                }
+                queue.push(c);
+                found.push((s, cg));
+            }
+        }
+    }
+
+    /// Records escapees in `seen` at first sight, and names them.
+    fn name(&self, found: Vec<(procfs::ProcStat, String)>) -> Vec<Escapee> {
+        let mut seen = self.seen();
+        found
+            .into_iter()
+            .map(|(s, cg)| {
+                let member = Process::from(s);
+                match seen.iter().find(|e| {
+                    e.process.pid == member.pid && e.process.starttime == member.starttime
+                }) {
+                    Some(e) => e.clone(),
+                    None => {
+                        let e = Escapee {
+                            process: member,
+                            to: cg,
+                        };
+                        // Bounded: an escapee that keeps starting short-lived children must not
+                        // grow reaper without end. Past the bound they are still found (from
+                        // their live ancestors) and killed, only no longer named.
+                        if seen.len() < MAX_SEEN {
+                            tracing::info!("{} of the run", e.label());
+                            seen.push(e.clone());
+                        }
+                        e
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Whether an escapee of this run may be alive: one cheap look at reaper's children (and
+    /// the escapees seen so far). Meaningful once the cgroup is empty: then every live
+    /// descendant of the run hangs below one of reaper's children.
+    pub fn outside_alive(&self) -> bool {
+        !self.orphans().is_empty()
+            || self
+                .seen()
+                .iter()
+                .any(|e| procfs::is_alive(e.process.pid, e.process.starttime))
+    }
+
+    /// Whether a live escapee has not been sent SIGKILL yet.
+    pub fn unkilled(&self) -> bool {
+        let escapees = self.find(Vec::new());
+        let killed = self.killed.lock().unwrap_or_else(|e| e.into_inner());
+        escapees
+            .iter()
+            .any(|e| !killed.contains(&e.process.identity()))
+    }
+
+    /// SIGSTOP every live escapee, and look again until a look finds nobody new (a stopped
+    /// process cannot fork, so the set converges).
+    pub fn stop(&self, members: Vec<i32>) -> Stopped {
+        let mut first = Some(members);
+        sigstop::stop(|_round| {
+            // The first look also walks the members' children: an escapee below a member is
+            // found there while its parent lives, or in reaper's children, read after, once
+            // the parent has died. Without it, it would be reparented to reaper a moment after
+            // the cgroup reads empty (the kernel leaves the cgroup before it hands the children
+            // over), and could be missed.
+            self.find(first.take().unwrap_or_default())
+                .into_iter()
+                .map(|e| e.process)
+                .collect()
+        })
+    }
+}
