@@ -579,8 +579,8 @@ fn container(r: &mut Report) {
         r.hints.push(
             "reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process \
              left in the namespace, so nothing started inside outlives the container's reaper \
-             whatever the backend; `reaper run` acts as the container's init (signals: README, \
-             \"In containers\")"
+             whatever the backend; `reaper run` acts as the container's init (signals: \
+             docs/containers.md)"
                 .into(),
         );
     } else if c.pid_namespace && !r.cgroup_writable {

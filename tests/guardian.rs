@@ -353,11 +353,15 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         .collect();
     assert_eq!(runs.len(), 3, "one cgroup per call: {runs:?}");
 
-    // Another reaper under the same parent, started after the calls (its stale sweep has run).
+    // Another reaper under the same parent, started after the calls. Its stale sweep runs in
+    // the background once its run cgroup exists; it says when it is done, and only then are
+    // the cgroups below made (a sweep would rightly take a reused pid's cgroup for stale).
+    let other_log = tmp.path().join("other.log");
     let mut other = common::reaper()
         .args(["run", "--cgroup-parent", &parent_arg, "--", "sleep", "600"])
+        .env("RUST_LOG", "reaper=debug")
         .stdin(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&other_log).expect("the other reaper's log"))
         .spawn()
         .expect("another reaper starts");
     let other_prefix = common::run_cgroup_prefix(other.id());
@@ -375,6 +379,12 @@ async fn sigkilled_mid_calls_the_guardian_removes_exactly_its_reapers_cgroups() 
         "the other reaper's run cgroup holds its sleep"
     );
     let other_run = other_run().expect("the other reaper's run cgroup");
+    assert!(
+        common::wait_until(Duration::from_secs(10), || {
+            std::fs::read_to_string(&other_log).is_ok_and(|l| l.contains("stale-cgroup sweep of"))
+        }),
+        "the other reaper's stale sweep ends"
+    );
     // Named after this server's pid, but not its: a reused pid, and a kept run.
     let reused = parent.child(&format!(
         "{}{}-0",

@@ -24,9 +24,11 @@ pub enum Delegated {
     /// Not asked, and why (not under systemd, `--delegate never`).
     NotAsked(&'static str),
     /// reaper already runs in a delegated unit.
+    #[cfg_attr(not(feature = "systemd"), allow(dead_code))] // found by asking systemd
     Inherited { unit: String },
     /// reaper moved itself into this new scope, from this service manager (`the user's
     /// service manager`, `the system's service manager`).
+    #[cfg_attr(not(feature = "systemd"), allow(dead_code))]
     Started { unit: String, bus: &'static str },
     /// systemd was asked and did not delegate: run cgroups must not be created in a cgroup
     /// systemd manages for another unit.

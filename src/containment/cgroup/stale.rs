@@ -57,6 +57,11 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
             removed.push(cg.path().to_owned());
         }
     }
+    tracing::debug!(
+        "stale-cgroup sweep of {} done: {} removed",
+        dir.display(),
+        removed.len()
+    );
     removed
 }
 

@@ -237,8 +237,9 @@ Where reaper differs from GNU timeout, on purpose:
     time, or 2 seconds without -k, after the signal, then SIGKILL.
   - Without -k, reaper, like GNU timeout, waits for COMMAND itself for as long
     as it runs, even if it ignores the signal.
-  - COMMAND may always use the terminal as with --foreground (it stays in
-    reaper's process group).
+  - COMMAND may always use the terminal as with --foreground: it leads a
+    process group of its own, which reaper makes the terminal's foreground
+    group while it runs (so kill 0 in COMMAND cannot reach reaper).
 
 Exit status:
   124  if COMMAND times out, and --preserve-status is not specified
