@@ -626,6 +626,16 @@ fn mcp_section(r: &mut String, m: &mcp::McpResult, p: &mcp::McpPlan) {
         "per-call latency × fake-codex directly".into(),
         ratio(m.call_vs_direct),
     );
+    if m.alt_median_ms.is_some() {
+        row(
+            format!("per-call latency, median{}, ms", crate::ALT),
+            cell(m.alt_median_ms),
+        );
+        row(
+            "per-call latency × the alt build's, same sessions".into(),
+            ratio(m.call_vs_alt),
+        );
+    }
     row(
         format!("RSS after {} calls, MiB", p.calls),
         cell(m.rss_after_calls_mib),

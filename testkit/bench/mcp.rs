@@ -30,7 +30,12 @@ struct Server {
 impl Server {
     /// Spawns the server; returns it and the instant just before the spawn.
     fn spawn(s: &Setup) -> Result<(Server, Instant), String> {
-        let mut cmd = Command::new(&s.reaper);
+        Self::spawn_from(s, &s.reaper)
+    }
+
+    /// [`Server::spawn`] of the reaper binary at `reaper` (the `--alt-reaper` build).
+    fn spawn_from(s: &Setup, reaper: &std::path::Path) -> Result<(Server, Instant), String> {
+        let mut cmd = Command::new(reaper);
         cmd.arg("mcp")
             .env("CODEX_CMD", &s.fake_codex)
             .env_remove("FAKE_CODEX_PIDS")
@@ -242,6 +247,10 @@ pub struct McpResult {
     pub call_alone_ms: Option<Summary>,
     pub direct_median_ms: Option<Summary>,
     pub call_vs_direct: Option<Summary>,
+    /// The `--alt-reaper` build's per-call median, in the same sessions.
+    pub alt_median_ms: Option<Summary>,
+    /// This build's per-call median × the alt build's, session by session.
+    pub call_vs_alt: Option<Summary>,
     pub rss_after_calls_mib: Option<Summary>,
     pub hwm_after_calls_mib: Option<Summary>,
     pub parallel_wall_ms: Option<Summary>,
@@ -297,14 +306,33 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
     let (mut med, mut p95, mut direct, mut ratio, mut rss, mut hwm) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut pwall, mut pmax, mut alone) = (vec![], vec![], vec![]);
+    let (mut alt_med, mut vs_alt) = (vec![], vec![]);
     for _ in 0..plan.sessions {
         let r = (|| -> Result<(), String> {
             let (mut srv, _) = Server::spawn(s)?;
             srv.initialize()?;
-            let (mut lat, mut dir) = (Vec::new(), Vec::new());
+            // The alt build's server, called in turn with this one's: the same rounds.
+            let mut alt = match &s.alt_reaper {
+                Some(path) => {
+                    let (mut a, _) = Server::spawn_from(s, path)?;
+                    a.initialize()?;
+                    Some(a)
+                }
+                None => None,
+            };
+            let (mut lat, mut dir, mut alat) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..plan.calls {
                 lat.push(srv.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
+                if let Some(a) = alt.as_mut() {
+                    alat.push(a.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
+                }
                 dir.push(fake_direct(s, QUICK_PROMPT)?.0.as_secs_f64() * 1e3);
+            }
+            if let Some(a) = alt.take() {
+                let am = percentile(&alat, 50.0);
+                alt_med.push(am);
+                vs_alt.push(percentile(&lat, 50.0) / am);
+                a.close()?;
             }
             let m = percentile(&lat, 50.0);
             let d = percentile(&dir, 50.0);
@@ -384,6 +412,8 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
         call_alone_ms: Summary::of(&alone),
         direct_median_ms: Summary::of(&direct),
         call_vs_direct: Summary::of(&ratio),
+        alt_median_ms: Summary::of(&alt_med),
+        call_vs_alt: Summary::of(&vs_alt),
         rss_after_calls_mib: Summary::of(&rss),
         hwm_after_calls_mib: Summary::of(&hwm),
         parallel_wall_ms: Summary::of(&pwall),
