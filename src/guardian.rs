@@ -195,7 +195,8 @@ fn child(me: &SelfStat, pipe: OwnedFd, ready: OwnedFd) -> u8 {
     if retitle(me) {
         // Closes `ready` too, with every other fd of reaper's.
         // SAFETY: closes fds by number; the ones this function owns are forgotten below.
-        if unsafe { libc::close_range(3, u32::MAX, 0) } != 0 {
+        // The raw syscall: musl's libc has no close_range wrapper.
+        if unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) } != 0 {
             close_all_above_stderr();
         }
         // Closed above; dropping them would close whatever reuses their numbers.
