@@ -6,8 +6,10 @@
 #          uv tool install WHEEL and pipx install WHEEL: --version, doctor, and the suite's
 #          list-tools and call tests through the installed command
 #   npm    npx -p PLATFORM.tgz -p reaper-cli.tgz reaper: the TypeScript SDK suite, through npx;
-#          the same with install scripts off (the JavaScript launcher stays between): list tools
-# Everything goes into a temporary directory (fresh uv, pipx and npm caches), removed at the end.
+#          npm install -g of both: the Python suite's list-tools and call tests; npx with
+#          install scripts off (the JavaScript launcher stays between): list tools and a call
+# Everything goes into a temporary directory (fresh uv, pipx and npm caches), removed at the end;
+# no registry is asked, but pipx fetches a current pip for itself.
 # Needs ci/dist.sh's output (target/artifacts) and ci/install-deps.sh (uv, pipx, the MCP SDKs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,9 +70,12 @@ expect_version "uv tool install: reaper" "$tmp/uv-bin/reaper"
 REAPER_BIN=$tmp/uv-bin/reaper timed pysuite -k "list or call"
 
 step "wheel: pipx install"
+# pip, as most pipx users have it (pipx would pick the uv beside it). pipx first fetches a
+# current pip for itself from PyPI; the wheel comes from the file.
 PIPX_HOME=$tmp/pipx PIPX_BIN_DIR=$tmp/pipx-bin PIPX_MAN_DIR=$tmp/pipx-man \
-  "$cache/dist-venv/bin/pipx" install --quiet --pip-args=--no-index "$wheel" >/dev/null
+  "$cache/dist-venv/bin/pipx" install --quiet --backend pip "$wheel" >/dev/null
 expect_version "pipx install: reaper" "$tmp/pipx-bin/reaper"
+"$tmp/pipx-bin/reaper" doctor >/dev/null || die "pipx install: reaper doctor failed"
 REAPER_BIN=$tmp/pipx-bin/reaper timed pysuite -k "list or call"
 
 step "npm: npx -p $(basename "$npm_platform") -p $(basename "$npm_main") reaper"
@@ -83,6 +88,13 @@ echo "ok: npx runs the binary itself (bin/reaper replaced at install)"
 REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' -- "${npx[@]}") \
   timed node --test tests/interop/mcp_ts.test.cjs
 
+step "npm: npm install -g of both files"
+npm install -g --silent --offline --prefix "$tmp/npm-global" "$npm_platform" "$npm_main"
+expect_version "npm install -g: reaper" "$tmp/npm-global/bin/reaper"
+cmp -s "$(readlink -f "$tmp/npm-global/bin/reaper")" "$dist/reaper-linux-amd64" ||
+  die "npm install -g: bin/reaper is still the JavaScript launcher"
+REAPER_BIN=$tmp/npm-global/bin/reaper timed pysuite -k "list or call"
+
 step "npm: the same without install scripts (the JavaScript launcher runs reaper)"
 export npm_config_cache=$tmp/npm-cache-noscripts npm_config_ignore_scripts=true
 expect_version "npx … reaper (launcher)" "${npx[@]}"
@@ -92,4 +104,4 @@ REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' --
   timed node --test --test-name-pattern "lists|returns" tests/interop/mcp_ts.test.cjs
 
 echo
-echo "every channel installed reaper $version from the files alone, and served the MCP clients"
+echo "every channel installed reaper $version from its file and served the MCP clients"
