@@ -2,7 +2,8 @@
 # The project's test command: what the README tells a new user to run and what .ci/run runs.
 # Installs the test dependencies (cached outside the checkout), then formatting, lints, the
 # unit and integration tests (both containment backends, hostile fixtures), the interop tests
-# with real MCP clients, a smoke run of the benchmark, and a final check that nothing was left
+# with real MCP clients, the packages (static binaries, wheels, npm) built and installed as a user
+# would, the VM lane, a smoke run of the benchmark, and a final check that nothing was left
 # behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,7 +63,11 @@ fi
 step "interop tests with real MCP clients"
 ci/interop.sh
 
-step "VM lane: systemd, pure cgroup v2, a normal user, in QEMU (ci/vm)"
+step "packaging: static binaries, wheels, npm packages (ci/dist.sh), installed and driven by MCP clients (ci/dist-test.sh)"
+ci/dist.sh
+ci/dist-test.sh
+
+step "VM lane: systemd, pure cgroup v2, a normal user, podman, in QEMU (ci/vm)"
 # Host shapes this machine is not (ci/vm/README.md). Exit 77 means this host cannot run the
 # lane; that is a failure unless REAPER_SKIP_VM=1 asks to do without it.
 if [ "${REAPER_SKIP_VM:-}" = 1 ]; then
@@ -71,7 +76,8 @@ else
   cargo build --quiet --workspace --bins
   vm=0
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
-    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" || vm=$?
+    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" \
+    "${CARGO_TARGET_DIR:-target}/artifacts/reaper-linux-amd64" Containerfile || vm=$?
   if [ "$vm" != 0 ]; then
     echo "the VM lane failed (exit $vm)"
     exit "$vm"
