@@ -16,7 +16,8 @@
 #   ci/dist.sh [amd64|arm64]...      (default: both)
 #
 # Needs the rustup targets, maturin (in $REAPER_CI_CACHE/dist-venv), npm, busybox-static,
-# qemu-user-static and root (namespaces): ci/install-deps.sh installs them. A missing one fails
+# qemu-user (or qemu-user-static) and root (namespaces): ci/install-deps.sh installs them. A
+# missing one fails
 # the script, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -42,7 +43,8 @@ for arch in "${arches[@]}"; do
     die "the Rust target $(triple "$arch") is missing (rustup target add $(triple "$arch"))"
 done
 case " ${arches[*]} " in *" amd64 "*) need busybox "Debian busybox-static"; need unshare "Debian util-linux" ;; esac
-case " ${arches[*]} " in *" arm64 "*) need qemu-aarch64-static "Debian qemu-user-static" ;; esac
+qemu=$(command -v qemu-aarch64 || command -v qemu-aarch64-static || true)
+case " ${arches[*]} " in *" arm64 "*) [ -n "$qemu" ] || die "qemu-aarch64 is missing (Debian qemu-user; ci/install-deps.sh installs it)" ;; esac
 
 rm -rf "$out"
 mkdir -p "$out/npm"
@@ -79,7 +81,7 @@ EOF
   echo "$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
 done
 
-version=$("$target/$(triple "${arches[0]}")/dist/reaper" --version 2>/dev/null || qemu-aarch64-static "$target/$(triple "${arches[0]}")/dist/reaper" --version)
+version=$("$target/$(triple "${arches[0]}")/dist/reaper" --version 2>/dev/null || "$qemu" "$target/$(triple "${arches[0]}")/dist/reaper" --version)
 version=${version#reaper }
 
 step "npm packages $version"
@@ -181,10 +183,10 @@ esac
 
 case " ${arches[*]} " in *" arm64 "*)
   step "the arm64 binary under qemu-aarch64 (user emulation)"
-  qemu-aarch64-static "$out/reaper-linux-arm64" --version
+  "$qemu" "$out/reaper-linux-arm64" --version
   # Under emulation some probes fail (qemu-user has no clone3, no child subreaper): doctor must
   # still run to its end and name a working backend.
-  doctor=$(qemu-aarch64-static "$out/reaper-linux-arm64" doctor) || die "arm64: doctor failed: $doctor"
+  doctor=$("$qemu" "$out/reaper-linux-arm64" doctor) || die "arm64: doctor failed: $doctor"
   grep '^auto backend' <<<"$doctor" || die "arm64: doctor names no backend: $doctor"
   ;;
 esac

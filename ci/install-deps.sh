@@ -93,14 +93,16 @@ for tool in maturin uv uvx pipx; do
   "$dist_venv/bin/$tool" --version >/dev/null 2>&1 || dist_missing "$dist_venv/bin/$tool does not run"
 done
 
-# Debian: a static busybox (the empty root's only commands) and qemu-aarch64-static (runs the
-# arm64 binary). One apt transaction that may not remove anything the image ships.
+# Debian: a static busybox (the empty root's only commands) and qemu-aarch64 (runs the arm64
+# binary; qemu-user, a quarter of qemu-user-static's 380 MB, which also does). One apt
+# transaction that may not remove anything the image ships.
 static_busybox() {
   command -v busybox >/dev/null && ! readelf -lW "$(command -v busybox)" 2>/dev/null | grep -q 'program interpreter'
 }
 dist_apt=()
 static_busybox || dist_apt+=(busybox-static)
-command -v qemu-aarch64-static >/dev/null || dist_apt+=(qemu-user-static)
+dist_qemu() { command -v qemu-aarch64 || command -v qemu-aarch64-static; }
+dist_qemu >/dev/null || dist_apt+=(qemu-user)
 if [ ${#dist_apt[@]} -gt 0 ]; then
   { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } ||
     dist_missing "${dist_apt[*]} (Debian) are missing, and installing them needs root and apt-get"
@@ -111,7 +113,7 @@ if [ ${#dist_apt[@]} -gt 0 ]; then
     dist_missing "apt-get could not install ${dist_apt[*]} without removing a package"
 fi
 static_busybox || dist_missing "no static busybox on PATH (Debian busybox-static)"
-qemu-aarch64-static --version >/dev/null 2>&1 || dist_missing "qemu-aarch64-static does not run (Debian qemu-user-static)"
+{ q=$(dist_qemu) && "$q" --version >/dev/null 2>&1; } || dist_missing "qemu-aarch64 does not run (Debian qemu-user)"
 for tool in npm npx node readelf unshare; do
   command -v "$tool" >/dev/null || dist_missing "$tool is missing"
 done
