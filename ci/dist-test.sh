@@ -12,6 +12,7 @@
 # no registry is asked, but pipx fetches a current pip for itself.
 # Needs ci/dist.sh's output (target/artifacts) and ci/install-deps.sh (uv, pipx, the MCP SDKs).
 set -euo pipefail
+trap 'echo "ci/dist-test.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 dist=${REAPER_DIST_DIR:-${CARGO_TARGET_DIR:-target}/artifacts}

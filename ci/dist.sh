@@ -20,6 +20,7 @@
 # missing one fails
 # the script, naming it.
 set -euo pipefail
+trap 'echo "ci/dist.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 out=${REAPER_DIST_DIR:-${CARGO_TARGET_DIR:-target}/artifacts}
@@ -48,6 +49,7 @@ case " ${arches[*]} " in *" arm64 "*) [ -n "$qemu" ] || die "qemu-aarch64 is mis
 
 rm -rf "$out"
 mkdir -p "$out/npm"
+out=$(cd "$out" && pwd)
 t0=$SECONDS
 
 # One cargo build per target, in the `dist` profile; maturin then finds it up to date and only
@@ -105,14 +107,14 @@ EOF
   # shellcheck disable=SC2016 # backquotes are markdown
   printf '# %s\n\nThe `reaper` binary for Linux %s, static. Install `reaper-cli`, which depends on this package.\n' \
     "$name" "$(node_arch "$arch")" >"$pkg/README.md"
-  (cd "$pkg" && npm pack --silent --pack-destination "$OLDPWD/$out/npm" >/dev/null)
+  (cd "$pkg" && npm pack --loglevel=error --pack-destination "$out/npm" >/dev/null)
 done
 cp -r npm/reaper-cli "$out/npm/reaper-cli"
 (
   cd "$out/npm/reaper-cli"
   npm pkg set "version=$version" \
     "optionalDependencies.reaper-cli-linux-x64=$version" "optionalDependencies.reaper-cli-linux-arm64=$version"
-  npm pack --silent --pack-destination .. >/dev/null
+  npm pack --loglevel=error --pack-destination .. >/dev/null
 )
 rm -rf "${out:?}/npm/reaper-cli" "$out/npm/reaper-cli-linux-"{x64,arm64}
 ls -l "$out/npm"
