@@ -240,7 +240,7 @@ fn sigterm_to_pid1_stops_main_child_and_setsid_grandchild_gracefully() {
 
 /// `INIT -- CMD…` as PID 1 (how podman starts `--init-path`): the table's scenario as above,
 /// quietly (no summary line, as tini), and the leader's status passes through; `reaper --`
-/// with no command is a usage error.
+/// with no command is a usage error; a link named `timeout` keeps timeout(1)'s `--`.
 #[test]
 fn the_init_command_line_as_pid1_stops_the_tree_gracefully() {
     let o = reaper()
@@ -249,6 +249,20 @@ fn the_init_command_line_as_pid1_stops_the_tree_gracefully() {
         .output()
         .expect("run reaper");
     assert_eq!(code(&o), 125, "{}", stderr(&o));
+    // Through a link named `timeout`, `--` keeps GNU timeout's meaning (the init form would
+    // look for a command named "10": 127).
+    let dir = tempfile::Builder::new()
+        .prefix("reaper-test-")
+        .tempdir()
+        .expect("temp dir");
+    let link = dir.path().join("timeout");
+    std::os::unix::fs::symlink(reaper_bin(), &link).expect("symlink");
+    let o = Command::new(&link)
+        .args(["--", "10", "sh", "-c", "exit 3"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the link");
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
     if !have(Need::PidNamespace) {
         return;
     }
