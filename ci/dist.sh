@@ -52,20 +52,24 @@ mkdir -p "$out/npm"
 out=$(cd "$out" && pwd)
 t0=$SECONDS
 
-# One cargo build per target, in the `dist` profile; maturin then finds it up to date and only
-# packs it (checked below: the wheel must carry the very binary tested here).
+# Every target in one cargo build, in the `dist` profile: their crates compile side by side,
+# where one target alone leaves a core idle through its long final crate. maturin then finds each
+# up to date and only packs it (checked below: the wheel must carry the very binary tested here).
+targets=()
+for arch in "${arches[@]}"; do targets+=(--target "$(triple "$arch")"); done
+step "build ${arches[*]}"
+s=$SECONDS
+cargo build --locked --quiet --profile dist --bin reaper "${targets[@]}"
+echo "built in $((SECONDS - s)) s"
 for arch in "${arches[@]}"; do
   t=$(triple "$arch")
-  step "build $t"
-  s=$SECONDS
-  cargo build --locked --quiet --profile dist --bin reaper --target "$t"
   bin=$target/$t/dist/reaper
   # Static: no program interpreter, no shared libraries.
   if readelf -lW "$bin" | grep -q 'program interpreter' || readelf -dW "$bin" | grep -q NEEDED; then
     die "$bin is not static: $(readelf -dW "$bin" | grep NEEDED | tr -s ' ')"
   fi
   cp "$bin" "$out/reaper-linux-$arch"
-  echo "built in $((SECONDS - s)) s: $(du -k "$out/reaper-linux-$arch" | cut -f1) KiB"
+  echo "reaper-linux-$arch: $(du -k "$out/reaper-linux-$arch" | cut -f1) KiB, static"
 
   step "wheel for $t"
   "$maturin" build --quiet --locked --target "$t" --compatibility manylinux2014 musllinux_1_1 --out "$out" 2>&1 |
