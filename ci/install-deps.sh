@@ -86,3 +86,64 @@ fi
 if [ "${REAPER_SKIP_VM:-}" != 1 ]; then
   ci/vm/install-deps.sh
 fi
+
+# ---- Packaging: what ci/dist.sh and ci/dist-test.sh need (the static musl binaries for amd64
+# and arm64, the wheels, the npm packages, and installing them as a user would). Self-contained:
+# installed from the image as shipped, then verified; whatever is still missing stops the run
+# here, named.
+dist_missing() { echo "ci/install-deps.sh: packaging: $*" >&2; exit 1; }
+for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
+  if ! rustup target list --installed 2>/dev/null | grep -qx "$t"; then
+    echo "adding the Rust target $t (static binaries)"
+    timeout 300 rustup target add "$t" >/dev/null 2>&1 || true
+  fi
+  rustup target list --installed 2>/dev/null | grep -qx "$t" ||
+    dist_missing "the Rust target $t is missing and 'rustup target add $t' failed"
+done
+
+# maturin builds the wheels; uv and pipx install them (PyPI), in a venv of their own.
+MATURIN=1.16.0
+UV=0.13.8
+PIPX=1.18.4
+dist_venv=$cache/dist-venv
+dist_venv_ok() {
+  "$dist_venv/bin/python" - "$MATURIN" "$UV" "$PIPX" 2>/dev/null <<'PY'
+import importlib.metadata as m, sys
+sys.exit(0 if [m.version(p) for p in ("maturin", "uv", "pipx")] == sys.argv[1:] else 1)
+PY
+}
+if ! dist_venv_ok; then
+  echo "installing maturin $MATURIN, uv $UV and pipx $PIPX into $dist_venv"
+  python3 -m venv "$dist_venv"
+  "$dist_venv/bin/pip" install -q "maturin==$MATURIN" "uv==$UV" "pipx==$PIPX" ||
+    dist_missing "pip could not install maturin, uv and pipx (PyPI)"
+fi
+dist_venv_ok || dist_missing "$dist_venv lacks maturin $MATURIN, uv $UV or pipx $PIPX"
+for tool in maturin uv uvx pipx; do
+  "$dist_venv/bin/$tool" --version >/dev/null 2>&1 || dist_missing "$dist_venv/bin/$tool does not run"
+done
+
+# Debian: a static busybox (the empty root's only commands) and qemu-aarch64 (runs the arm64
+# binary; qemu-user, a quarter of qemu-user-static's 380 MB, which also does). One apt
+# transaction that may not remove anything the image ships.
+static_busybox() {
+  command -v busybox >/dev/null && ! readelf -lW "$(command -v busybox)" 2>/dev/null | grep -q 'program interpreter'
+}
+dist_apt=()
+static_busybox || dist_apt+=(busybox-static)
+dist_qemu() { command -v qemu-aarch64 || command -v qemu-aarch64-static; }
+dist_qemu >/dev/null || dist_apt+=(qemu-user)
+if [ ${#dist_apt[@]} -gt 0 ]; then
+  { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; } ||
+    dist_missing "${dist_apt[*]} (Debian) are missing, and installing them needs root and apt-get"
+  echo "installing for the packaging checks: ${dist_apt[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null || true
+  apt-get install -y -q --no-install-recommends --no-remove "${dist_apt[@]}" >/dev/null ||
+    dist_missing "apt-get could not install ${dist_apt[*]} without removing a package"
+fi
+static_busybox || dist_missing "no static busybox on PATH (Debian busybox-static)"
+{ q=$(dist_qemu) && "$q" --version >/dev/null 2>&1; } || dist_missing "qemu-aarch64 does not run (Debian qemu-user)"
+for tool in npm npx node readelf unshare; do
+  command -v "$tool" >/dev/null || dist_missing "$tool is missing"
+done

@@ -2,7 +2,8 @@
 # The project's test command: what the README tells a new user to run and what .ci/run runs.
 # Installs the test dependencies (cached outside the checkout), then formatting, lints, the
 # unit and integration tests (both containment backends, hostile fixtures), the interop tests
-# with real MCP clients, a smoke run of the benchmark, and a final check that nothing was left
+# with real MCP clients, the packages (static binaries, wheels, npm) built and installed as a user
+# would, the VM lane, a smoke run of the benchmark, and a final check that nothing was left
 # behind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -85,7 +86,15 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/embed" cargo test --manifest-
 step "interop tests with real MCP clients"
 ci/interop.sh
 
-step "VM lane: systemd, pure cgroup v2, a normal user, in QEMU (ci/vm)"
+step "packaging: static binaries, wheels, npm packages (ci/dist.sh), installed and driven by MCP clients (ci/dist-test.sh)"
+# Each target is a release build from scratch in a fresh clone (~4.5 min on two busy cores);
+# REAPER_DIST_ARCHES=amd64 leaves out arm64 (and says so).
+read -r -a dist_arches <<<"${REAPER_DIST_ARCHES:-amd64 arm64}"
+case " ${dist_arches[*]} " in *" arm64 "*) ;; *) echo "skipped: the arm64 build (REAPER_DIST_ARCHES=${dist_arches[*]})" ;; esac
+ci/dist.sh "${dist_arches[@]}"
+ci/dist-test.sh
+
+step "VM lane: systemd, pure cgroup v2, a normal user, podman, in QEMU (ci/vm)"
 # Host shapes this machine is not (ci/vm/README.md). Exit 77 means this host cannot run the
 # lane; that is a failure unless REAPER_SKIP_VM=1 asks to do without it.
 if [ "${REAPER_SKIP_VM:-}" = 1 ]; then
@@ -94,7 +103,8 @@ else
   cargo build --quiet --workspace --bins
   vm=0
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
-    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" || vm=$?
+    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" \
+    "${CARGO_TARGET_DIR:-target}/artifacts/reaper-linux-amd64" Containerfile || vm=$?
   if [ "$vm" != 0 ]; then
     echo "the VM lane failed (exit $vm)"
     exit "$vm"

@@ -238,6 +238,59 @@ fn sigterm_to_pid1_stops_main_child_and_setsid_grandchild_gracefully() {
     }
 }
 
+/// `INIT -- CMD…` as PID 1 (how podman starts `--init-path`): the table's scenario as above,
+/// quietly (no summary line, as tini), and the leader's status passes through; `reaper --`
+/// with no command is a usage error; a link named `timeout` keeps timeout(1)'s `--`.
+#[test]
+fn the_init_command_line_as_pid1_stops_the_tree_gracefully() {
+    let o = reaper()
+        .arg("--")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run reaper");
+    assert_eq!(code(&o), 125, "{}", stderr(&o));
+    // Through a link named `timeout`, `--` keeps GNU timeout's meaning (the init form would
+    // look for a command named "10": 127).
+    let dir = tempfile::Builder::new()
+        .prefix("reaper-test-")
+        .tempdir()
+        .expect("temp dir");
+    let link = dir.path().join("timeout");
+    std::os::unix::fs::symlink(reaper_bin(), &link).expect("symlink");
+    let o = Command::new(&link)
+        .args(["--", "10", "sh", "-c", "exit 3"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the link");
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    if !have(Need::PidNamespace) {
+        return;
+    }
+    let p = Pid1::start(reaper_bin(), &["--", "sh", "-c", "exit 7"], &[]);
+    assert_eq!(p.wait(Duration::from_secs(30)).0, 7);
+    let t = Tree::new();
+    let out = t.dir.path().join("out");
+    // The app's own stderr (a shell's "Terminated") is not reaper's.
+    let app = format!("exec 2>/dev/null\n{APP}");
+    let mut p = Pid1::start(reaper_bin(), &["--", "sh", "-c", &app], &[("OUT", &out)]);
+    assert!(
+        wait_until(Duration::from_secs(20), || app_ready(&out)),
+        "the app never got ready: {:?}",
+        lines(&out)
+    );
+    p.signal(Signal::TERM);
+    let (code, err) = p.wait(Duration::from_secs(30));
+    for name in ["main", "child", "grandchild"] {
+        assert!(
+            has_line(&out, &format!("graceful {name}")),
+            "{name} did not exit by its trap: {:?}; {err}",
+            lines(&out)
+        );
+    }
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(err.trim(), "", "-q: nothing on stderr");
+}
+
 /// Negative control: the same app under tini as PID 1 (`tini --`): only main gets SIGTERM; the
 /// setsid'd grandchild is SIGKILLed by the kernel when tini exits, so the test's oracle does
 /// tell a graceful stop from the namespace's end.
@@ -574,15 +627,25 @@ fn under_a_foreign_proc_the_subreaper_backend_refuses() {
 /// SIGINT is passed on instead of stopping the tree, and SIGTERM stops the tree.
 #[test]
 fn the_init_flag_forwards_when_not_pid1() {
+    forwards_when_not_pid1(&["run", "--init", "--grace", "5s", "--"]);
+}
+
+/// `reaper -- CMD…`, a container runtime's init command line (podman's `--init-path`), is
+/// `reaper run --init -- CMD…`: the same forwarding, not PID 1.
+#[test]
+fn the_init_command_line_forwards_when_not_pid1() {
+    forwards_when_not_pid1(&["--"]);
+}
+
+fn forwards_when_not_pid1(prefix: &[&str]) {
     if !have(Need::Python3) {
         return;
     }
     let t = Tree::new();
     let out = t.dir.path().join("out");
     let mut r = reaper()
-        .args([
-            "run", "--init", "--grace", "5s", "--", "python3", "-c", RECORDER,
-        ])
+        .args(prefix)
+        .args(["python3", "-c", RECORDER])
         .env("OUT", &out)
         .stdin(Stdio::null())
         .stderr(Stdio::piped())

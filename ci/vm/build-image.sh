@@ -37,6 +37,7 @@ packages=(
   systemd systemd-sysv dbus dbus-user-session libpam-systemd  # a systemd host with user managers
   linux-image-amd64                                           # kernel + initrd, extracted below
   passwd util-linux procps psmisc python3 kmod                # what scenarios use
+  podman crun netavark catatonit tini busybox-static          # scenarios/podman.sh: the engine, inits, the app's shell
 )
 
 echo "building the vm image in $work (mmdebstrap bookworm from $mirror)"

@@ -18,8 +18,13 @@ def out(**kw):
 
 async def main():
     env = dict(os.environ, CODEX_CMD=FAKE_CODEX, FAKE_CODEX_PIDS=PIDS)
+    # REAPER_COMMAND (a JSON list) starts reaper through what installed it, as a user's client
+    # config does: `uvx --from WHEEL reaper`, `npx … reaper`.
+    command = json.loads(os.environ.get("REAPER_COMMAND") or "null") or [REAPER]
     params = StdioServerParameters(
-        command=REAPER, args=["mcp", "--grace", "1s", "--progress-interval", "200ms"], env=env
+        command=command[0],
+        args=[*command[1:], "mcp", "--grace", "1s", "--progress-interval", "200ms"],
+        env=env,
     )
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:

@@ -57,9 +57,12 @@ async function nothingLeft(pids, withinMs = 5000) {
 }
 
 async function connect(pids) {
+  // REAPER_COMMAND (a JSON list) starts reaper through what installed it, as a user's client
+  // config does: `npx … reaper`.
+  const command = process.env.REAPER_COMMAND ? JSON.parse(process.env.REAPER_COMMAND) : [REAPER];
   const transport = new StdioClientTransport({
-    command: REAPER,
-    args: ["mcp", "--grace", "1s", "--progress-interval", "200ms"],
+    command: command[0],
+    args: [...command.slice(1), "mcp", "--grace", "1s", "--progress-interval", "200ms"],
     env: { ...process.env, CODEX_CMD: FAKE_CODEX, FAKE_CODEX_PIDS: pids },
     stderr: "ignore",
   });

@@ -101,7 +101,26 @@ fn timeout_args() -> Option<Vec<std::ffi::OsString>> {
 
 /// The command line, or `None` for timeout(1)'s.
 fn parse() -> Option<Result<Cli, clap::Error>> {
-    timeout_args().is_none().then(Cli::try_parse)
+    timeout_args()
+        .is_none()
+        .then(|| Cli::try_parse_from(init_command_line(std::env::args_os().collect())))
+}
+
+/// `reaper -- CMD…` is `reaper run --init -q -- CMD…`: the command line container runtimes give
+/// their init (tini's and catatonit's: podman's `--init-path`, Docker's `--init`), so reaper
+/// can be that init as it is. Quiet, as those inits are: the runtime's user cannot add `-q`, and
+/// the fallback line would open every container's log (errors still print). Any other command
+/// line is left as it is.
+fn init_command_line(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    if argv.get(1).is_none_or(|a| a != "--") {
+        return argv;
+    }
+    let mut argv = argv.into_iter();
+    let argv0 = argv.next().unwrap_or_default();
+    [argv0, "run".into(), "--init".into(), "-q".into()]
+        .into_iter()
+        .chain(argv)
+        .collect()
 }
 
 fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
