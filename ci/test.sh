@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+step() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
 
 step "install test dependencies"
 ci/install-deps.sh
