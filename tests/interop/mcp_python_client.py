@@ -18,9 +18,11 @@ def out(**kw):
 
 async def main():
     env = dict(os.environ, CODEX_CMD=FAKE_CODEX, FAKE_CODEX_PIDS=PIDS)
-    params = StdioServerParameters(
-        command=REAPER, args=["mcp", "--grace", "1s", "--progress-interval", "200ms"], env=env
-    )
+    args = ["mcp", "--grace", "1s", "--progress-interval", "200ms"]
+    if SCENARIO == "timeout":
+        # 30 "seconds" of 20 ms.
+        args += ["--test-timeout-unit", "20ms"]
+    params = StdioServerParameters(command=REAPER, args=args, env=env)
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -57,6 +59,11 @@ async def main():
                 # The server keeps serving after a cancel.
                 r = await session.call_tool("codex", {"prompt": "thread A1\nsay alive\ndone"})
                 out(after_cancel=r.content[0].text)
+            elif SCENARIO == "timeout":
+                r = await session.call_tool(
+                    "codex", {"prompt": "thread T3\nescapee\nignore-signals\nhang", "timeout_seconds": 30}
+                )
+                out(is_error=r.is_error, text=r.content[0].text, structured=r.structured_content)
             elif SCENARIO == "exit-mid-call":
                 task = asyncio.create_task(session.call_tool("codex", {"prompt": "thread E1\nescapee\nchild\nhang"}))
                 await asyncio.sleep(1.0)

@@ -323,18 +323,17 @@ fn missing(store: &Store, id: &str, limits: &Limits) -> ErrorData {
     ErrorData::invalid_params(message, None)
 }
 
-/// A result as the JSON object a completed task carries: the same fields a plain call's
-/// result has.
+/// A result as the JSON object a completed task carries: what the plain call answers a
+/// 2026-07-28 client, `resultType: "complete"` included (clients check the result against
+/// that version's `CallToolResult`).
 fn result_object(r: &CallToolResult) -> JsonObject {
-    match serde_json::to_value(r) {
-        Ok(serde_json::Value::Object(mut m)) => {
-            // `resultType` belongs to the `tasks/get` answer around it, not to the result.
-            m.remove("resultType");
-            m
-        }
+    let mut m = match serde_json::to_value(r) {
+        Ok(serde_json::Value::Object(m)) => m,
         // A CallToolResult always serializes to an object.
         _ => JsonObject::new(),
-    }
+    };
+    m.insert("resultType".into(), "complete".into());
+    m
 }
 
 #[cfg(test)]
@@ -377,7 +376,7 @@ mod tests {
             panic!("not completed: {over:?}");
         };
         assert_eq!(r["content"][0]["text"], "done");
-        assert!(!r.contains_key("resultType"));
+        assert_eq!(r["resultType"], "complete");
         assert!(over.task.ttl_ms.is_some_and(|t| t >= 60_000));
         assert_eq!(tasks.held(), (0, 1, gate::result_weight(&result("done"))));
     }
