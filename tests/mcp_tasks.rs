@@ -410,3 +410,44 @@ async fn finished_results_are_bounded_in_size_and_time() {
     assert!(e.message.contains("kept for the retention time"), "{e:?}");
     assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
 }
+
+/// Past the live tasks' bound (here their arguments' 8 MiB) a call is answered the plain way,
+/// under the transport's back-pressure, and still returns its result.
+#[tokio::test]
+async fn past_the_live_bound_a_call_runs_plain() {
+    let s = start(Options::default()).await;
+    // 1000 KiB each: eight fit in 8 MiB, a ninth does not. fake-codex exits before it
+    // reaches the padding; the eight run for 5 s, long enough to be live at the ninth.
+    let padded = |script: &str| format!("{script}\nexit 0\n{}", "#".repeat(1000 << 10));
+    let mut ids = Vec::new();
+    for n in 0..8 {
+        let t = create_task(
+            &s,
+            "codex",
+            json!({"prompt": padded(&format!("thread L{n}\nsleep 5\nsay {n}\ndone"))}),
+        )
+        .await;
+        ids.push(t.task.task_id);
+    }
+    let answer = call_declaring_tasks(
+        &s,
+        "codex",
+        json!({"prompt": padded("thread PLAIN\nsay plain\ndone")}),
+    )
+    .await;
+    let CallToolResponse::Complete(r) = answer else {
+        panic!("a task past the bound: {answer:?}");
+    };
+    assert_eq!(structured(&r).expect("structured")["content"], "plain");
+    for (n, id) in ids.iter().enumerate() {
+        let over = wait_over(&s, id, Duration::from_secs(30)).await;
+        assert_eq!(
+            completed(&over)["structuredContent"]["content"],
+            n.to_string()
+        );
+    }
+    // Room again once they are over.
+    let t = create_task(&s, "codex", json!({"prompt": "thread A\nsay again\ndone"})).await;
+    wait_over(&s, &t.task.task_id, Duration::from_secs(20)).await;
+    assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
+}

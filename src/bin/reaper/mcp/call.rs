@@ -223,8 +223,12 @@ pub async fn run(
     // timeout, cancel or shutdown: SIGINT to codex alone (it interrupts its turn and kills its
     // own tool process groups); after the grace, the whole cgroup is killed. After its exit:
     // its leftovers are killed at once.
-    // The grace can be long (`--grace`): heartbeats go on while it runs.
+    // The grace can be long (`--grace`): heartbeats go on while it runs. After codex's own
+    // exit its leftovers are killed at once: nothing to report.
     let why = stopping(step);
+    if step == Step::LeaderExited {
+        tick = None;
+    }
     let outcome = {
         let stop = child.wait();
         tokio::pin!(stop);
@@ -303,7 +307,7 @@ async fn next_tick(tick: &mut Option<tokio::time::Interval>) {
 /// Why a call is being stopped, as a progress message says it.
 fn stopping(step: Step) -> &'static str {
     match step {
-        Step::LeaderExited => "codex exited, killing what it left",
+        Step::LeaderExited => "codex exited",
         Step::Stop(StopReason::Timeout) => "timeout",
         Step::Stop(StopReason::Cancel) => "cancelled",
         Step::Stop(StopReason::Oom) => "out of memory",

@@ -44,7 +44,7 @@ pub enum Status {
         memory: Option<(u64, Option<u64>)>,
         last: Option<String>,
     },
-    /// The call is being stopped (after codex's exit, its leftovers are being killed).
+    /// The call is being stopped: codex has its grace after SIGINT.
     Stopping {
         elapsed: Duration,
         why: &'static str,
@@ -318,7 +318,7 @@ mod tests {
             },
             Status::Stopping {
                 elapsed: Duration::MAX,
-                why: "codex exited, killing what it left",
+                why: "server shutting down",
             },
         ];
         for s in worst {
