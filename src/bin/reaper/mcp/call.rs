@@ -223,8 +223,8 @@ pub async fn run(
     // timeout, cancel or shutdown: SIGINT to codex alone (it interrupts its turn and kills its
     // own tool process groups); after the grace, the whole cgroup is killed. After its exit:
     // its leftovers are killed at once.
-    // The grace can be long (`--grace`): heartbeats go on while it runs. After codex's own
-    // exit its leftovers are killed at once: nothing to report.
+    // Heartbeats go on through the grace, which can be long (`--grace`); not after codex's
+    // own exit, when nothing waits.
     let why = stopping(step);
     if step == Step::LeaderExited {
         tick = None;
