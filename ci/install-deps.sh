@@ -2,7 +2,10 @@
 # Installs what the tests need that a fresh machine lacks, into a cache outside the checkout
 # ($REAPER_CI_CACHE, default ~/.cache/reaper-ci). Idempotent: a second run is a no-op.
 #   venv/   the official MCP Python SDK (`mcp`) and pytest, for the interop tests
-#   node/   the official MCP TypeScript SDK (`@modelcontextprotocol/sdk`)
+#   node/   the official MCP TypeScript SDK v1 (`@modelcontextprotocol/sdk`, 2025-11-25)
+#   node-v2/ its v2 client (`@modelcontextprotocol/client`, 2026-07-28) and the tasks
+#           extension's client (`@modelcontextprotocol/ext-tasks`), ESM-only, kept apart from v1
+#   inspector/ the MCP Inspector (`@modelcontextprotocol/inspector`), whose CLI drives tasks
 #   codex/  the real Codex CLI (`@openai/codex`, ~420 MB); optional: tests that need it say
 #           "skipped" when it is missing
 # Every step checks afterwards that what it installed is there and runs: a required one that is
@@ -29,6 +32,9 @@ fi
 MCP_PY=2.3.0
 PYTEST=8.3.4
 MCP_TS=1.32.2
+MCP_TS_V2=2.4.0
+EXT_TASKS=0.2.2
+INSPECTOR=2.12.0
 CODEX=0.171.0
 
 python_sdk() {
@@ -55,6 +61,40 @@ if ! ts_sdk; then
   (cd "$cache/node" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/sdk@$MCP_TS" >/dev/null) ||
     fail "npm could not install @modelcontextprotocol/sdk@$MCP_TS into $cache/node"
   ts_sdk || fail "@modelcontextprotocol/sdk $MCP_TS is not in $cache/node/node_modules after installing it"
+fi
+
+# The v2 client and ext-tasks: installed, and importable by node (they are ES modules only).
+ts_v2() {
+  (cd "$cache/node-v2" 2>/dev/null && node --input-type=module -e "
+    import { createRequire } from 'node:module';
+    const req = createRequire(process.cwd() + '/');
+    const v = (p) => req('./node_modules/' + p + '/package.json').version;
+    if (v('@modelcontextprotocol/client') !== '$MCP_TS_V2' || v('@modelcontextprotocol/ext-tasks') !== '$EXT_TASKS') process.exit(1);
+    await import('@modelcontextprotocol/client');
+    await import('@modelcontextprotocol/client/stdio');
+    await import('@modelcontextprotocol/ext-tasks/client');
+  ") >/dev/null 2>&1
+}
+if ! ts_v2; then
+  echo "installing the MCP TypeScript client v2 $MCP_TS_V2 and ext-tasks $EXT_TASKS into $cache/node-v2"
+  command -v npm >/dev/null || fail "npm is missing (needed to install @modelcontextprotocol/client)"
+  mkdir -p "$cache/node-v2"
+  (cd "$cache/node-v2" && npm install --silent --no-audit --no-fund \
+    "@modelcontextprotocol/client@$MCP_TS_V2" "@modelcontextprotocol/ext-tasks@$EXT_TASKS" >/dev/null) ||
+    fail "npm could not install @modelcontextprotocol/client@$MCP_TS_V2 and @modelcontextprotocol/ext-tasks@$EXT_TASKS into $cache/node-v2"
+  ts_v2 || fail "@modelcontextprotocol/client $MCP_TS_V2 or ext-tasks $EXT_TASKS is not importable from $cache/node-v2 after installing them (node >= 20 needed: $(node --version))"
+fi
+
+# The Inspector counts only if its CLI runs and says its version.
+inspector() {
+  [ "$("$cache/inspector/node_modules/.bin/mcp-inspector" --cli --version 2>/dev/null)" = "$INSPECTOR" ]
+}
+if ! inspector; then
+  echo "installing the MCP Inspector $INSPECTOR into $cache/inspector"
+  mkdir -p "$cache/inspector"
+  (cd "$cache/inspector" && npm install --silent --no-audit --no-fund "@modelcontextprotocol/inspector@$INSPECTOR" >/dev/null) ||
+    fail "npm could not install @modelcontextprotocol/inspector@$INSPECTOR into $cache/inspector"
+  inspector || fail "the MCP Inspector $INSPECTOR does not run from $cache/inspector after installing it ($cache/inspector/node_modules/.bin/mcp-inspector --cli --version)"
 fi
 
 # The Codex CLI counts only if it runs (what ci/test.sh and ci/interop.sh check too).

@@ -417,6 +417,85 @@ async fn progress_notifications_rise_and_stop_at_the_result() {
     );
 }
 
+/// Heartbeats a client's idle watchdog can rely on: progress at the interval while a call
+/// waits for a slot, while codex prints nothing, and while a cancelled codex that ignores
+/// SIGINT has its grace; every message short.
+#[tokio::test]
+async fn heartbeats_go_on_while_queued_silent_and_stopping() {
+    let s = start(Options {
+        args: &[
+            "--max-concurrent",
+            "1",
+            "--progress-interval",
+            "200ms",
+            "--grace",
+            "1s",
+        ],
+        env: &[],
+    })
+    .await;
+    let first = s
+        .start_call(
+            "codex",
+            json!({"prompt": "thread T1\nignore-signals\nhang"}),
+        )
+        .await;
+    s.wait_for_role("codex").await;
+    let second = s
+        .start_call(
+            "codex",
+            json!({"prompt": "thread T2\nsleep 1.5\nsay two\ndone"}),
+        )
+        .await;
+    let (t1, t2) = (first.progress_token.clone(), second.progress_token.clone());
+    // The second call is queued for this long, then the first one stops for its 1 s grace.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    first
+        .cancel(Some("enough".into()))
+        .await
+        .expect("the cancel is sent");
+    let r = second.await_response().await.expect("second result");
+    let ServerResult::CallToolResult(r) = r else {
+        panic!("not a tool result");
+    };
+    assert_eq!(structured(&r).expect("structured")["content"], "two");
+    let notes = |token| -> Vec<(Instant, String)> {
+        lock(&s.progress)
+            .iter()
+            .filter(|(_, p)| p.progress_token == token)
+            .map(|(t, p)| (*t, p.message.clone().unwrap_or_default()))
+            .collect()
+    };
+    let (first_notes, second_notes) = (notes(t1), notes(t2));
+    let count = |notes: &[(Instant, String)], prefix: &str| {
+        notes.iter().filter(|(_, m)| m.starts_with(prefix)).count()
+    };
+    assert!(
+        count(&second_notes, "queued: 1 of 1 calls running") >= 3,
+        "{second_notes:?}"
+    );
+    assert!(
+        count(&second_notes, "codex running for ") >= 3,
+        "{second_notes:?}"
+    );
+    assert!(
+        count(&first_notes, "codex stopping (cancelled)") >= 2,
+        "{first_notes:?}"
+    );
+    // No silence longer than a few intervals from the first note to the result.
+    for w in second_notes.windows(2) {
+        let gap = w[1].0 - w[0].0;
+        assert!(
+            gap < Duration::from_millis(1500),
+            "{gap:?}: {second_notes:?}"
+        );
+    }
+    for (_, m) in first_notes.iter().chain(&second_notes) {
+        assert!(m.chars().count() <= 200, "{m}");
+    }
+    assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
+}
+
 /// `reaper mcp` SIGKILLed during two calls: it cannot clean up, its guardian does — both calls'
 /// trees die (setsid escapees that ignore signals included) and their cgroups are removed.
 #[tokio::test]

@@ -7,6 +7,7 @@
 //! |----------------------|------------------------------------------------------------------|
 //! | `thread [ID]`        | `thread.started` (ID defaults to the `resume` id, else `fake-thread`) |
 //! | `say TEXT`           | an `agent_message` item with TEXT (`\n` in TEXT is a newline)    |
+//! | `say-kib N [WORD]`   | an `agent_message` of N KiB: WORD (default `x`) repeated         |
 //! | `argv`               | an `agent_message` whose text is argv as a JSON array            |
 //! | `env NAME`           | an `agent_message` with `$NAME` (or `<unset>`)                   |
 //! | `cwd`                | an `agent_message` with the working directory                    |
@@ -77,6 +78,13 @@ fn codex(args: &[String]) {
                 );
             }
             "say" => message(&mut out, &text),
+            "say-kib" => {
+                let (n, word) = rest.split_once(' ').unwrap_or((rest, "x"));
+                let kib: usize = n.parse().unwrap_or(1);
+                let word = if word.is_empty() { "x" } else { word };
+                let text: String = word.chars().cycle().take(kib * 1024).collect();
+                message(&mut out, &text);
+            }
             "argv" => message(&mut out, &serde_json::to_string(args).unwrap_or_default()),
             "env" => message(
                 &mut out,

@@ -21,11 +21,11 @@ async def main():
     # REAPER_COMMAND (a JSON list) starts reaper through what installed it, as a user's client
     # config does: `uvx --from WHEEL reaper`, `npx … reaper`.
     command = json.loads(os.environ.get("REAPER_COMMAND") or "null") or [REAPER]
-    params = StdioServerParameters(
-        command=command[0],
-        args=[*command[1:], "mcp", "--grace", "1s", "--progress-interval", "200ms"],
-        env=env,
-    )
+    args = ["mcp", "--grace", "1s", "--progress-interval", "200ms"]
+    if SCENARIO == "timeout":
+        # 30 "seconds" of 20 ms.
+        args += ["--test-timeout-unit", "20ms"]
+    params = StdioServerParameters(command=command[0], args=[*command[1:], *args], env=env)
     async with stdio_client(params) as (read, write):
         async with ClientSession(read, write) as session:
             await session.initialize()
@@ -62,6 +62,11 @@ async def main():
                 # The server keeps serving after a cancel.
                 r = await session.call_tool("codex", {"prompt": "thread A1\nsay alive\ndone"})
                 out(after_cancel=r.content[0].text)
+            elif SCENARIO == "timeout":
+                r = await session.call_tool(
+                    "codex", {"prompt": "thread T3\nescapee\nignore-signals\nhang", "timeout_seconds": 30}
+                )
+                out(is_error=r.is_error, text=r.content[0].text, structured=r.structured_content)
             elif SCENARIO == "exit-mid-call":
                 task = asyncio.create_task(session.call_tool("codex", {"prompt": "thread E1\nescapee\nchild\nhang"}))
                 await asyncio.sleep(1.0)

@@ -1,5 +1,6 @@
-// `reaper mcp` with the official MCP TypeScript SDK as a real client: list tools, call,
-// progress, cancel mid-call (AbortSignal -> notifications/cancelled), exit mid-call. The fake
+// `reaper mcp` with the official MCP TypeScript SDK v1 (2025-11-25) as a real client: list
+// tools, call, progress, cancel mid-call (AbortSignal -> notifications/cancelled), timeout,
+// exit mid-call. The fake
 // codex records every process it starts; none may survive, and no cgroup may be left.
 // Run by ci/interop.sh with NODE_PATH pointing at the SDK (installed by ci/install-deps.sh).
 const test = require("node:test");
@@ -56,13 +57,13 @@ async function nothingLeft(pids, withinMs = 5000) {
   }
 }
 
-async function connect(pids) {
+async function connect(pids, extraArgs = []) {
   // REAPER_COMMAND (a JSON list) starts reaper through what installed it, as a user's client
   // config does: `npx … reaper`.
   const command = process.env.REAPER_COMMAND ? JSON.parse(process.env.REAPER_COMMAND) : [REAPER];
   const transport = new StdioClientTransport({
     command: command[0],
-    args: [...command.slice(1), "mcp", "--grace", "1s", "--progress-interval", "200ms"],
+    args: [...command.slice(1), "mcp", "--grace", "1s", "--progress-interval", "200ms", ...extraArgs],
     env: { ...process.env, CODEX_CMD: FAKE_CODEX, FAKE_CODEX_PIDS: pids },
     stderr: "ignore",
   });
@@ -123,6 +124,19 @@ test("cancel mid-call kills the whole tree and the server keeps serving", async 
   const r = await client.callTool({ name: "codex", arguments: { prompt: "thread A9\nsay alive\ndone" } });
   assert.equal(r.structuredContent.content, "alive");
   await client.close();
+});
+
+test("a timeout ends the call with its error result and kills the whole tree", async () => {
+  const pids = tmpPids();
+  // 30 "seconds" of 20 ms.
+  const client = await connect(pids, ["--test-timeout-unit", "20ms"]);
+  const r = await client.callTool({ name: "codex", arguments: { prompt: "thread T9\nescapee\nignore-signals\nhang", timeout_seconds: 30 } });
+  assert.equal(r.isError, true);
+  assert.match(r.content[0].text, /^\[ERROR\] timeout after 30s/);
+  assert.equal(r.structuredContent.threadId, "T9");
+  assert.ok(recorded(pids).some((x) => x[2] === "escapee"));
+  await client.close();
+  await nothingLeft(pids);
 });
 
 test("closing the client mid-call leaves nothing behind", async () => {

@@ -87,6 +87,18 @@ def test_cancel_mid_call_kills_the_whole_tree(tree):
     assert_nothing_left(tree)
 
 
+def test_timeout_ends_the_call_and_its_whole_tree(tree):
+    p, lines = drive(tree, "timeout")
+    assert p.returncode == 0, p.stderr
+    r = lines[0]
+    assert r["is_error"] is True
+    assert r["text"].startswith("[ERROR] timeout after 30s"), r["text"]
+    assert r["structured"]["threadId"] == "T3"
+    roles = {role for _, _, role in tree.recorded()}
+    assert {"codex", "escapee"} <= roles, roles
+    assert_nothing_left(tree)
+
+
 def test_client_exit_mid_call_leaves_nothing(tree):
     start = time.monotonic()
     p, lines = drive(tree, "exit-mid-call")

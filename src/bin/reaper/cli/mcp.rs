@@ -51,6 +51,15 @@ pub struct McpArgs {
     #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=1024), value_name = "N")]
     pub max_concurrent: u32,
 
+    /// How long a finished task's result stays readable (`tasks/get`) after the task ended.
+    #[arg(long, value_parser = parse::duration, default_value = "10m", value_name = "DUR")]
+    pub task_retention: Duration,
+
+    /// The size of the finished tasks' results kept together; past it the oldest are dropped
+    /// (the newest is always kept).
+    #[arg(long, value_parser = super::parse::size, default_value = "32M", value_name = "SIZE")]
+    pub task_results_max: u64,
+
     /// Test only: how long one second of `timeout_seconds` lasts, so reaper's own tests can
     /// time out a 30 s call in a fraction of that.
     #[arg(long, hide = true, value_parser = parse::duration, default_value = "1s", value_name = "DUR")]
@@ -130,6 +139,11 @@ fn config(args: McpArgs) -> Result<Config, String> {
         progress_interval,
         max_concurrent: args.max_concurrent as usize,
         contain: args.contain.options(&args.guard),
+        tasks: crate::mcp::tasks::Limits {
+            retain: args.task_retention,
+            finished_bytes: usize::try_from(args.task_results_max).unwrap_or(usize::MAX),
+            ..Default::default()
+        },
     })
 }
 

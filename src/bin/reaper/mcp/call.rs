@@ -180,11 +180,8 @@ pub async fn run(
     ));
     let mut out = Source::new(fd(child.stdout.take().map(|p| p.into_owned_fd())));
     let mut err = Source::new(fd(child.stderr.take().map(|p| p.into_owned_fd())));
-    let mut tick = (progress.enabled() && !progress.interval.is_zero()).then(|| {
-        let mut t = tokio::time::interval(progress.interval);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        t
-    });
+    // Heartbeats: a codex that prints nothing for minutes still reports at the interval.
+    let mut tick = progress.ticker();
     let report = |child: &reaper::Child, stream: &EventStream, progress: &mut Progress| {
         progress.publish(Status::Running {
             elapsed: started.elapsed(),
@@ -202,10 +199,7 @@ pub async fn run(
             step = child.step() => break step,
             bytes = out.read() => stream.feed(bytes),
             bytes = err.read() => stderr.push(bytes),
-            _ = async { match tick.as_mut() {
-                Some(t) => { t.tick().await; }
-                None => std::future::pending().await,
-            } } => report(&child, &stream, progress),
+            _ = next_tick(&mut tick) => report(&child, &stream, progress),
         }
         if stream.item_events != seen && progress.item_report_due() {
             report(&child, &stream, progress);
@@ -229,6 +223,12 @@ pub async fn run(
     // timeout, cancel or shutdown: SIGINT to codex alone (it interrupts its turn and kills its
     // own tool process groups); after the grace, the whole cgroup is killed. After its exit:
     // its leftovers are killed at once.
+    // Heartbeats go on through the grace, which can be long (`--grace`); not after codex's
+    // own exit, when nothing waits.
+    let why = stopping(step);
+    if step == Step::LeaderExited {
+        tick = None;
+    }
     let outcome = {
         let stop = child.wait();
         tokio::pin!(stop);
@@ -237,6 +237,10 @@ pub async fn run(
                 o = &mut stop => break o,
                 bytes = out.read() => stream.feed(bytes),
                 bytes = err.read() => stderr.push(bytes),
+                _ = next_tick(&mut tick) => progress.publish(Status::Stopping {
+                    elapsed: started.elapsed(),
+                    why,
+                }),
             }
         }
     };
@@ -287,6 +291,27 @@ pub async fn run(
         ending,
         survivors: outcome.survivors,
         escapees: outcome.escapees,
+    }
+}
+
+/// The next heartbeat; never, without a ticker.
+async fn next_tick(tick: &mut Option<tokio::time::Interval>) {
+    match tick.as_mut() {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Why a call is being stopped, as a progress message says it.
+fn stopping(step: Step) -> &'static str {
+    match step {
+        Step::LeaderExited => "codex exited",
+        Step::Stop(StopReason::Timeout) => "timeout",
+        Step::Stop(StopReason::Cancel) => "cancelled",
+        Step::Stop(StopReason::Oom) => "out of memory",
+        Step::Stop(_) => "server shutting down",
     }
 }
 

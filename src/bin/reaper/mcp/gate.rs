@@ -23,7 +23,10 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use rmcp::model::{ClientRequest, GetExtensions, JsonRpcMessage, ServerResult};
+use rmcp::model::{
+    CallToolResult, ClientRequest, GetExtensions, JsonObject, JsonRpcMessage, ServerResult,
+    TaskPayload,
+};
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::RoleServer;
@@ -236,26 +239,45 @@ impl<T: Transport<RoleServer>> Transport<RoleServer> for Gated<T> {
 fn weigh_in(r: &ClientRequest) -> usize {
     match r {
         ClientRequest::CallToolRequest(c) => {
-            let args = c.params.arguments.iter().flatten();
-            OVERHEAD + args.map(|(k, v)| k.len() + value_weight(v)).sum::<usize>()
+            args_weight(c.params.arguments.as_ref().unwrap_or(&JsonObject::new()))
         }
         other => json_size(other),
     }
 }
 
+/// About the JSON size of a call's arguments.
+pub fn args_weight(args: &JsonObject) -> usize {
+    OVERHEAD
+        + args
+            .iter()
+            .map(|(k, v)| k.len() + value_weight(v))
+            .sum::<usize>()
+}
+
+/// About the JSON size of a call's result: its text blocks and structured content.
+pub fn result_weight(c: &CallToolResult) -> usize {
+    let content = c.content.iter().map(|b| match b.as_text() {
+        Some(t) => t.text.len(),
+        None => json_size(b),
+    });
+    OVERHEAD + content.sum::<usize>() + c.structured_content.as_ref().map_or(0, value_weight)
+}
+
 /// About the JSON size of a message to the client; a result's text blocks and structured
-/// content are measured by walking them.
+/// content (also a finished task's) are measured by walking them.
 fn weigh_out(m: &TxJsonRpcMessage<RoleServer>) -> usize {
     match m {
         JsonRpcMessage::Response(r) => match &r.result {
-            ServerResult::CallToolResult(c) => {
-                let content = c.content.iter().map(|b| match b.as_text() {
-                    Some(t) => t.text.len(),
-                    None => json_size(b),
-                });
+            ServerResult::CallToolResult(c) => result_weight(c),
+            ServerResult::GetTaskResult(t) => {
                 OVERHEAD
-                    + content.sum::<usize>()
-                    + c.structured_content.as_ref().map_or(0, value_weight)
+                    + t.task.task.status_message.as_ref().map_or(0, String::len)
+                    + match &t.task.payload {
+                        TaskPayload::Completed { result } => {
+                            result.iter().map(|(k, v)| k.len() + value_weight(v)).sum()
+                        }
+                        _ => 0,
+                    }
             }
             other => json_size(other),
         },

@@ -9,7 +9,8 @@
 //! | `result`   | result text, `isError`, `structuredContent`                          |
 //! | `call`     | one call through [`reaper::run::Run`]: spawn, stream, timeout, cancel |
 //! | `progress` | `notifications/progress` that never hold a call up                  |
-//! | `server`   | the rmcp handler: tools/list, tools/call, concurrency slots          |
+//! | `server`   | the rmcp handler: tools/list, tools/call, tasks/*, concurrency slots |
+//! | `tasks`    | calls run as tasks: ids, live status, cancel, results kept, bounded  |
 //! | `gate`     | back-pressure: stop reading stdin while too much is in flight        |
 //! | `py`       | the Python text forms the contract's messages use                    |
 
@@ -22,3 +23,4 @@ pub mod py;
 pub mod result;
 pub mod server;
 pub mod stream;
+pub mod tasks;

@@ -1,12 +1,16 @@
-//! Progress notifications for one call: what the call is doing, sent to the client as
-//! `notifications/progress` with a rising `progress`, only when the call carried a
-//! `progressToken`.
+//! Progress for one call: what the call is doing, sent to the client as
+//! `notifications/progress` with a rising `progress` when the call carried a `progressToken`,
+//! and kept in a [`StatusCell`] that `tasks/get` reads when the call runs as a task.
 //!
 //! The call never waits for a notification: it publishes the latest status into a `watch`
 //! channel (so a slow client sees the newest status, not a backlog) and a task of its own
 //! sends it, each send bounded by [`SEND_TIMEOUT`]. [`Progress::close`] ends that task before
 //! the result goes back, so no notification follows the result.
+//!
+//! A status message stays under [`MAX_MESSAGE`] characters: clients cut longer ones, and a
+//! heartbeat is worth its length only if it fits.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
@@ -22,6 +26,10 @@ const SEND_TIMEOUT: Duration = Duration::from_secs(5);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Item events report at most this often (the periodic tick reports regardless).
 pub const ITEM_GAP: Duration = Duration::from_secs(1);
+/// The longest status message, in characters (clients show about 200).
+pub const MAX_MESSAGE: usize = 160;
+/// The longest item type a message names: codex's own are under 20 characters.
+const MAX_ITEM_NAME: usize = 40;
 
 /// What a call is doing.
 #[derive(Debug, Clone, PartialEq)]
@@ -36,10 +44,23 @@ pub enum Status {
         memory: Option<(u64, Option<u64>)>,
         last: Option<String>,
     },
+    /// The call is being stopped: codex has its grace after SIGINT.
+    Stopping {
+        elapsed: Duration,
+        why: &'static str,
+    },
 }
 
 impl Status {
     pub fn message(&self) -> String {
+        let m = self.text();
+        match m.char_indices().nth(MAX_MESSAGE) {
+            Some((cut, _)) => m[..cut].to_owned(),
+            None => m,
+        }
+    }
+
+    fn text(&self) -> String {
         match self {
             Status::Queued { running, limit } => {
                 format!("queued: {running} of {limit} calls running, waiting for a free slot")
@@ -68,18 +89,54 @@ impl Status {
                     m.push_str(" memory");
                 }
                 if let Some(l) = last {
-                    m.push_str(&format!(" · last: {l}"));
+                    m.push_str(" · last: ");
+                    m.extend(l.chars().take(MAX_ITEM_NAME));
                 }
                 m
             }
+            Status::Stopping { elapsed, why } => {
+                format!(
+                    "codex stopping ({why}) · running for {}s",
+                    elapsed.as_secs()
+                )
+            }
         }
+    }
+
+    /// This status `later` after it was sampled: a call's running time goes on.
+    fn aged(&self, later: Duration) -> Status {
+        let mut s = self.clone();
+        if let Status::Running { elapsed, .. } | Status::Stopping { elapsed, .. } = &mut s {
+            *elapsed = elapsed.saturating_add(later);
+        }
+        s
     }
 }
 
-/// The progress reporter of one call; inert when the call has no progress token.
+/// The live status of a call that runs as a task: what its progress would say, read by
+/// `tasks/get` at any time (the running time is current; processes and memory are as of the
+/// last sample, at most one progress interval old).
+#[derive(Default)]
+pub struct StatusCell(Mutex<Option<(Status, Instant)>>);
+
+impl StatusCell {
+    fn set(&self, status: Status) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((status, Instant::now()));
+    }
+
+    /// The status message now, or `None` before the call reported anything.
+    pub fn message(&self) -> Option<String> {
+        let cell = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        cell.as_ref().map(|(s, at)| s.aged(at.elapsed()).message())
+    }
+}
+
+/// The progress reporter of one call; inert when the call has no progress token and is no
+/// task.
 pub struct Progress {
     tx: Option<watch::Sender<Option<Status>>>,
     task: Option<JoinHandle<()>>,
+    cell: Option<Arc<StatusCell>>,
     /// How often a running call reports (zero: only on item events).
     pub interval: Duration,
     last_sent: Option<Instant>,
@@ -91,6 +148,7 @@ impl Progress {
             return Progress {
                 tx: None,
                 task: None,
+                cell: None,
                 interval,
                 last_sent: None,
             };
@@ -100,21 +158,49 @@ impl Progress {
         Progress {
             tx: Some(tx),
             task: Some(task),
+            cell: None,
+            interval,
+            last_sent: None,
+        }
+    }
+
+    /// The reporter of a call that runs as a task: no notifications (the extension has none
+    /// for tasks), the status kept in `cell` for `tasks/get`.
+    pub fn for_task(cell: Arc<StatusCell>, interval: Duration) -> Self {
+        Progress {
+            tx: None,
+            task: None,
+            cell: Some(cell),
             interval,
             last_sent: None,
         }
     }
 
     pub fn enabled(&self) -> bool {
-        self.tx.is_some()
+        self.tx.is_some() || self.cell.is_some()
     }
 
     /// Reports `status` (replacing one not yet sent).
     pub fn publish(&mut self, status: Status) {
+        if !self.enabled() {
+            return;
+        }
+        self.last_sent = Some(Instant::now());
+        if let Some(cell) = &self.cell {
+            cell.set(status.clone());
+        }
         if let Some(tx) = &self.tx {
-            self.last_sent = Some(Instant::now());
             let _ = tx.send(Some(status));
         }
+    }
+
+    /// A timer for the periodic reports (heartbeats), or `None` when there are none.
+    pub fn ticker(&self) -> Option<tokio::time::Interval> {
+        (self.enabled() && !self.interval.is_zero()).then(|| {
+            let mut t = tokio::time::interval(self.interval);
+            t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            t
+        })
     }
 
     /// Whether an item event may report now (at most one per [`ITEM_GAP`]).
@@ -215,6 +301,53 @@ mod tests {
             s.message(),
             "queued: 8 of 8 calls running, waiting for a free slot"
         );
+    }
+
+    #[test]
+    fn messages_stay_short_whatever_codex_names_its_items() {
+        let worst = [
+            Status::Running {
+                elapsed: Duration::MAX,
+                processes: usize::MAX,
+                memory: Some((u64::MAX, Some(u64::MAX))),
+                last: Some("x".repeat(10_000)),
+            },
+            Status::Queued {
+                running: usize::MAX,
+                limit: usize::MAX,
+            },
+            Status::Stopping {
+                elapsed: Duration::MAX,
+                why: "server shutting down",
+            },
+        ];
+        for s in worst {
+            // Short as composed: the cut in `message` is only a backstop.
+            let m = s.text();
+            assert!(m.chars().count() <= MAX_MESSAGE, "{} chars: {m}", m.len());
+        }
+    }
+
+    #[test]
+    fn a_cell_ages_the_running_time() {
+        let cell = StatusCell::default();
+        assert_eq!(cell.message(), None);
+        cell.set(Status::Running {
+            elapsed: Duration::from_secs(5),
+            processes: 2,
+            memory: None,
+            last: None,
+        });
+        let m = cell.message().expect("a message");
+        assert!(m.starts_with("codex running for 5s · 2 processes"), "{m}");
+        let aged = Status::Running {
+            elapsed: Duration::from_secs(5),
+            processes: 2,
+            memory: None,
+            last: None,
+        }
+        .aged(Duration::from_secs(60));
+        assert!(aged.message().starts_with("codex running for 65s"));
     }
 
     #[tokio::test]

@@ -282,6 +282,17 @@ pub fn error_result(text: &str) -> CallToolResult {
     r
 }
 
+/// A result's text: what its text blocks say.
+pub fn text_of(r: &CallToolResult) -> String {
+    let texts: Vec<&str> = r
+        .content
+        .iter()
+        .filter_map(|b| b.as_text())
+        .map(|t| t.text.as_str())
+        .collect();
+    texts.join("\n")
+}
+
 /// `json.dumps(v, ensure_ascii=False)`: serde_json escapes the same characters (`"`, `\`,
 /// controls) and leaves the rest as is.
 fn json_dumps(v: &Value) -> String {

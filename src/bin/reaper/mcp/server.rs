@@ -1,14 +1,17 @@
 //! The MCP face: `tools/list` (input and output schemas) and `tools/call` for `codex` and
 //! `codex-reply`, each call validated, queued for one of `--max-concurrent` slots, run
-//! contained, reported on with progress notifications, and cancellable.
+//! contained, reported on with progress notifications, and cancellable. A call whose request
+//! declares the tasks extension runs as a task (`tasks/get`, `tasks/cancel`, `tasks/update`;
+//! see [`super::tasks`]); its run is the same.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult,
+    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -16,13 +19,14 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, Semaphore};
 use tokio_util::sync::CancellationToken;
 
-use super::argv::{self, ServerFlags};
+use super::argv::{self, Ignored, ServerFlags};
 use super::call::{self, CallSpec};
-use super::gate::Budget;
-use super::params::{self, ToolKind, SANDBOX_MODES};
+use super::gate::{self, Budget};
+use super::params::{self, Params, ToolKind, SANDBOX_MODES};
 use super::progress::{Progress, Status};
 use super::result::{error_result, Ending, Report};
 use super::stream::{EventStream, Tail};
+use super::tasks::{self, End, Tasks};
 
 /// Everything the server is started with.
 #[derive(Debug, Clone)]
@@ -39,6 +43,8 @@ pub struct Config {
     pub progress_interval: Duration,
     pub max_concurrent: usize,
     pub contain: reaper::ContainOptions,
+    /// What tasks may hold.
+    pub tasks: tasks::Limits,
 }
 
 /// The server. Cheap to clone: rmcp shares one per session.
@@ -55,6 +61,7 @@ struct Inner {
     live: watch::Sender<usize>,
     tools: Vec<Tool>,
     next_id: AtomicU64,
+    tasks: Arc<Tasks>,
 }
 
 /// Counts a call as live for as long as it exists.
@@ -66,12 +73,50 @@ impl Drop for LiveCall {
     }
 }
 
+/// A call whose arguments passed every check, ready to run.
+struct Checked {
+    id: u64,
+    tool: ToolKind,
+    params: Params,
+    argv: Vec<String>,
+    ignored: Vec<Ignored>,
+}
+
+/// What a call came to.
+struct Answer {
+    result: CallToolResult,
+    /// Stopped by its cancellation (a task's then ends `cancelled`).
+    cancelled: bool,
+}
+
+/// How often finished tasks past their retention are dropped when nothing else asks.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 impl CodexServer {
     /// `shutdown`, once cancelled, stops every call's tree and ends each call at once;
-    /// `budget` is the transport's (see [`super::gate`]).
+    /// `budget` is the transport's (see [`super::gate`]). Starts the tasks' sweeper, so it
+    /// runs inside the runtime.
     pub fn new(cfg: Config, budget: Arc<Budget>, shutdown: CancellationToken) -> Self {
         let tools = tools(&cfg.flags, cfg.default_timeout);
         let (live, _) = watch::channel(0);
+        let tasks = Tasks::new(cfg.tasks);
+        tokio::spawn({
+            let tasks = Arc::downgrade(&tasks);
+            let shutdown = shutdown.clone();
+            async move {
+                let mut every = tokio::time::interval(SWEEP_EVERY);
+                loop {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return,
+                        _ = every.tick() => {}
+                    }
+                    match tasks.upgrade() {
+                        Some(t) => t.sweep_now(),
+                        None => return,
+                    }
+                }
+            }
+        });
         CodexServer(Arc::new(Inner {
             slots: Arc::new(Semaphore::new(cfg.max_concurrent)),
             budget,
@@ -80,6 +125,7 @@ impl CodexServer {
             live,
             tools,
             next_id: AtomicU64::new(1),
+            tasks,
         }))
     }
 
@@ -92,11 +138,65 @@ impl CodexServer {
         &self,
         req: CallToolRequestParams,
         ctx: RequestContext<RoleServer>,
-    ) -> rmcp::model::CallToolResult {
-        let inner = &self.0;
-        let cfg = &inner.cfg;
+    ) -> CallToolResponse {
+        // The extension's rule: a task only for a request that declares it, whatever the
+        // client declared before.
+        let wants_task = ctx
+            .meta
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        let weight = req.arguments.as_ref().map_or(0, gate::args_weight);
+        let call = match self.check(req).await {
+            Ok(c) => c,
+            Err(r) => return r.into(),
+        };
+        if wants_task {
+            let cancel = CancellationToken::new();
+            match self.0.tasks.create(weight, cancel.clone()) {
+                Some(task) => {
+                    tracing::info!(call = call.id, task = %task.id, "runs as a task");
+                    let progress =
+                        Progress::for_task(task.status.clone(), self.0.cfg.progress_interval);
+                    self.spawn_task(task.id.clone(), call, cancel, progress);
+                    return CallToolResponse::Task(CreateTaskResult::new(task.task));
+                }
+                None => tracing::info!(
+                    call = call.id,
+                    "runs as a plain call: the live tasks are at their bound"
+                ),
+            }
+        }
+        let target = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
+        let progress = Progress::new(target, self.0.cfg.progress_interval);
+        self.run(call, &ctx.ct, progress).await.result.into()
+    }
+
+    /// Runs a task's call in the background and records how it ended.
+    fn spawn_task(&self, id: String, call: Checked, cancel: CancellationToken, progress: Progress) {
+        let server = self.clone();
+        tokio::spawn(async move {
+            // In a task of its own, so that a bug that panics still ends the task.
+            let run = tokio::spawn({
+                let server = server.clone();
+                async move { server.run(call, &cancel, progress).await }
+            });
+            let end = match run.await {
+                Ok(Answer {
+                    result,
+                    cancelled: true,
+                }) => End::Cancelled(super::result::text_of(&result)),
+                Ok(a) => End::Completed(a.result),
+                Err(e) => End::Completed(internal_error(&e)),
+            };
+            server.0.tasks.finish(&id, end);
+        });
+    }
+
+    /// Checks a call's arguments and builds its argv: an `Err` is the call's whole answer.
+    async fn check(&self, req: CallToolRequestParams) -> Result<Checked, CallToolResult> {
+        let cfg = &self.0.cfg;
         let Some(tool) = ToolKind::from_name(&req.name) else {
-            return error_result(&format!("unknown tool: {}", req.name));
+            return Err(error_result(&format!("unknown tool: {}", req.name)));
         };
         // The raw arguments go as soon as they are checked: a queued call holds its prompt
         // once, not twice.
@@ -105,13 +205,13 @@ impl CodexServer {
             Ok(p) => check_more_off_thread(p, !cfg.flags.overrides(tool, "cd")).await,
             Err(m) => Err(m),
         };
-        let p = match checked {
+        let params = match checked {
             Ok(p) => p,
-            Err(m) => return error_result(&format!("input validation: {m}")),
+            Err(m) => return Err(error_result(&format!("input validation: {m}"))),
         };
-        let argv = argv::build(&cfg.codex_cmd, &cfg.flags, tool, &p);
-        let ignored = argv::ignored(&cfg.flags, tool, &p);
-        let id = inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let argv = argv::build(&cfg.codex_cmd, &cfg.flags, tool, &params);
+        let ignored = argv::ignored(&cfg.flags, tool, &params);
+        let id = self.0.next_id.fetch_add(1, Ordering::Relaxed);
         if !ignored.is_empty() {
             let names: Vec<&str> = ignored.iter().map(|i| i.name).collect();
             tracing::warn!(
@@ -120,13 +220,38 @@ impl CodexServer {
                 names.join(", ")
             );
         }
+        Ok(Checked {
+            id,
+            tool,
+            params,
+            argv,
+            ignored,
+        })
+    }
+
+    /// Waits for a slot, runs the call, and builds its result. `cancel` is the client's
+    /// cancellation of this call (`notifications/cancelled`, or `tasks/cancel` for a task).
+    async fn run(
+        &self,
+        call: Checked,
+        cancel: &CancellationToken,
+        mut progress: Progress,
+    ) -> Answer {
+        let inner = &self.0;
+        let cfg = &inner.cfg;
+        let Checked {
+            id,
+            tool,
+            params: p,
+            argv,
+            ignored,
+        } = call;
         inner.live.send_modify(|n| *n += 1);
         let _live = LiveCall(inner.live.clone());
-        let target = ctx.meta.get_progress_token().map(|t| (ctx.peer.clone(), t));
-        let mut progress = Progress::new(target, cfg.progress_interval);
 
-        let ending_before_start = |ending: Ending| {
-            Report {
+        let ending_before_start = |ending: Ending| Answer {
+            cancelled: matches!(ending, Ending::Cancelled { .. }),
+            result: Report {
                 stream: &EventStream::default(),
                 stderr: &Tail::default(),
                 argv: &argv,
@@ -135,7 +260,7 @@ impl CodexServer {
                 survivors: &[],
                 escapees: &[],
             }
-            .into_result()
+            .into_result(),
         };
         if inner.shutdown.is_cancelled() {
             return ending_before_start(Ending::Shutdown { returncode: None });
@@ -148,40 +273,59 @@ impl CodexServer {
         let permit = match free {
             Some(p) => p,
             None => {
-                progress.publish(Status::Queued {
-                    running: cfg.max_concurrent - inner.slots.available_permits(),
+                let queued = |slots: &Semaphore| Status::Queued {
+                    running: cfg.max_concurrent - slots.available_permits(),
                     limit: cfg.max_concurrent,
-                });
+                };
+                progress.publish(queued(&inner.slots));
                 if inner.budget.output_has_room() {
                     tracing::info!(call = id, "queued: all {} slots busy", cfg.max_concurrent);
                 } else {
                     tracing::info!(call = id, "queued: the client has not read earlier results");
                 }
-                // Cancel and shutdown first: a slot freed at the same moment must not start codex
-                // for a call that is already over.
-                tokio::select! {
-                    biased;
-                    _ = ctx.ct.cancelled() => {
-                        progress.close(&inner.shutdown).await;
-                        return ending_before_start(Ending::Cancelled { returncode: None });
-                    }
-                    _ = inner.shutdown.cancelled() => {
-                        progress.close(&inner.shutdown).await;
-                        return ending_before_start(Ending::Shutdown { returncode: None });
-                    }
-                    p = async {
-                        // Results the client has not read yet hold new runs back: a client
-                        // that stops reading stops codex from being started for it.
-                        inner.budget.output_room().await;
-                        inner.slots.clone().acquire_owned().await
-                    } => match p {
-                        Ok(p) => p,
-                        // Only a closed semaphore fails, and this one is never closed.
-                        Err(_) => {
+                // Heartbeats while it waits: a call queued for minutes still says so.
+                let mut tick = progress.ticker();
+                if let Some(t) = tick.as_mut() {
+                    // The first tick is now, and the status just went out.
+                    t.reset();
+                }
+                let acquire = async {
+                    // Results the client has not read yet hold new runs back: a client
+                    // that stops reading stops codex from being started for it.
+                    inner.budget.output_room().await;
+                    inner.slots.clone().acquire_owned().await
+                };
+                tokio::pin!(acquire);
+                loop {
+                    // Cancel and shutdown first: a slot freed at the same moment must not
+                    // start codex for a call that is already over.
+                    tokio::select! {
+                        biased;
+                        _ = cancel.cancelled() => {
                             progress.close(&inner.shutdown).await;
-                            return ending_before_start(Ending::NotContained("no call slot".into()));
+                            return ending_before_start(Ending::Cancelled { returncode: None });
                         }
-                    },
+                        _ = inner.shutdown.cancelled() => {
+                            progress.close(&inner.shutdown).await;
+                            return ending_before_start(Ending::Shutdown { returncode: None });
+                        }
+                        p = &mut acquire => match p {
+                            Ok(p) => break p,
+                            // Only a closed semaphore fails, and this one is never closed.
+                            Err(_) => {
+                                progress.close(&inner.shutdown).await;
+                                return ending_before_start(Ending::NotContained(
+                                    "no call slot".into(),
+                                ));
+                            }
+                        },
+                        _ = async {
+                            match tick.as_mut() {
+                                Some(t) => { t.tick().await; }
+                                None => std::future::pending().await,
+                            }
+                        } => progress.publish(queued(&inner.slots)),
+                    }
                 }
             }
         };
@@ -202,25 +346,40 @@ impl CodexServer {
             grace: cfg.grace,
             contain: cfg.contain.clone(),
         };
-        let done = call::run(spec, &ctx.ct, &inner.shutdown, &mut progress).await;
+        let done = call::run(spec, cancel, &inner.shutdown, &mut progress).await;
         drop(permit);
         progress.close(&inner.shutdown).await;
-        Report {
-            stream: &done.stream,
-            stderr: &done.stderr,
-            argv: &argv,
-            ending: &done.ending,
-            ignored: &ignored,
-            survivors: &done.survivors,
-            escapees: &done.escapees,
+        Answer {
+            cancelled: matches!(done.ending, Ending::Cancelled { .. }),
+            result: Report {
+                stream: &done.stream,
+                stderr: &done.stderr,
+                argv: &argv,
+                ending: &done.ending,
+                ignored: &ignored,
+                survivors: &done.survivors,
+                escapees: &done.escapees,
+            }
+            .into_result(),
         }
-        .into_result()
     }
+}
+
+/// The answer to a call that failed inside reaper (a panic).
+fn internal_error(e: &tokio::task::JoinError) -> CallToolResult {
+    tracing::error!("a call failed inside reaper: {e}");
+    error_result(&format!(
+        "reaper mcp failed internally ({e}); please report this with the server's log"
+    ))
 }
 
 impl ServerHandler for CodexServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let caps = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        let mut info = ServerConfig::new(caps);
         info.server_info = Implementation::new("reaper", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -241,16 +400,35 @@ impl ServerHandler for CodexServer {
         // A call runs as a task of its own, so that a bug in reaper that panics answers the
         // client with an error instead of leaving it waiting forever.
         let server = self.clone();
-        let result = match tokio::spawn(async move { server.call(request, context).await }).await {
-            Ok(r) => r,
-            Err(e) => {
-                tracing::error!("a call failed inside reaper: {e}");
-                error_result(&format!(
-                    "reaper mcp failed internally ({e}); please report this with the server's log"
-                ))
-            }
-        };
-        Ok(result.into())
+        match tokio::spawn(async move { server.call(request, context).await }).await {
+            Ok(r) => Ok(r),
+            Err(e) => Ok(internal_error(&e).into()),
+        }
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.0.tasks.get(&request.task_id).map(GetTaskResult::new)
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        tracing::info!(task = %request.task_id, "tasks/cancel");
+        self.0.tasks.cancel(&request.task_id)
+    }
+
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.0.tasks.update(&request.task_id)
     }
 }
 
