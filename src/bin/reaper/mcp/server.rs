@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -194,6 +195,7 @@ impl CodexServer {
         );
         let spec = CallSpec {
             id,
+            request_id: ctx.id.to_string(),
             argv: argv.clone(),
             prompt: p.prompt,
             env: p.env,
@@ -220,7 +222,12 @@ impl CodexServer {
 
 impl ServerHandler for CodexServer {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        );
         info.server_info = Implementation::new("reaper", env!("CARGO_PKG_VERSION"));
         info
     }
@@ -231,6 +238,25 @@ impl ServerHandler for CodexServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
+    }
+
+    /// `reaper://calls` ([`super::calls`]).
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            super::calls::resource(),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        super::calls::read(&request.uri).map(Into::into)
     }
 
     async fn call_tool(
