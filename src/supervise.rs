@@ -499,15 +499,15 @@ impl Supervisor {
                 }
             }
             // Said when the EOF came (the allowance started then); an exit is `LeaderExited`;
-            // a shutdown is the server's, not the run's; a request from outside is the
-            // asker's to tell.
+            // a shutdown is the server's, not the run's.
             StopReason::StdinEof
             | StopReason::Exited
             | StopReason::Shutdown
             | StopReason::Oom
-            | StopReason::Error
-            | StopReason::Stopped
-            | StopReason::Killed => {}
+            | StopReason::Error => {}
+            StopReason::Stopped | StopReason::Killed => sink.emit(Event::EndRequested {
+                kill: reason == StopReason::Killed,
+            }),
         }
         #[cfg(target_os = "linux")]
         if reason != StopReason::Exited {

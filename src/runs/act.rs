@@ -142,16 +142,21 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
         Owner::Gone => "gone",
         Owner::Alive { stopped } => {
             // Sent even to a stopped owner: it finds the request when continued.
-            let asker = Asker::new().map_err(EndError::Io)?;
             let within = if stopped {
                 Duration::ZERO
             } else {
                 opts.answer_within
             };
-            match asker
-                .ask(&files.socket, how, within)
-                .map_err(EndError::Io)?
-            {
+            let socket = files.socket.clone();
+            let run_uid = r.uid;
+            let (asker, answer) = blocking(move || {
+                let asker = Asker::new()?;
+                let answer = asker.ask(&socket, run_uid, how, within)?;
+                Ok((asker, answer))
+            })
+            .await
+            .map_err(EndError::Io)?;
+            match answer {
                 Answer::Taken => {
                     let wait = opts
                         .wait
@@ -173,7 +178,7 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
     };
     // The owner reports the stop once it runs again (or nobody does, if it is gone).
     if owner != Owner::Gone {
-        record::write_note(&run.dir, &run.id, how);
+        record::write_note(&run.dir, &run.id, r.uid, how);
     }
     let grace = match how {
         How::Stop => opts.grace.unwrap_or(Duration::from_millis(r.grace_ms)),
@@ -336,7 +341,10 @@ fn tree(run: &RunStatus) -> Vec<Process> {
     let r = &run.record;
     let id = run.id.to_string();
     let mut roots: Vec<i32> = Vec::new();
-    if procfs::is_alive(r.leader_pid, r.leader_starttime) {
+    // The record is its user's to write: a leader that is not that user's is not believed.
+    if procfs::is_alive(r.leader_pid, r.leader_starttime)
+        && procfs::uid(r.leader_pid) == Some(r.uid)
+    {
         roots.push(r.leader_pid);
     }
     for s in procfs::all() {

@@ -167,9 +167,37 @@ impl Asker {
     }
 
     /// Sends `how` to the socket at `path` and waits up to `within` for the owner to take it.
-    pub(crate) fn ask(&self, path: &Path, how: How, within: Duration) -> std::io::Result<Answer> {
+    /// The socket must be a socket owned by `uid` (the run's user), not a link: the directory
+    /// is that user's, who could otherwise point root's request at any socket of the machine.
+    pub(crate) fn ask(
+        &self,
+        path: &Path,
+        uid: u32,
+        how: How,
+        within: Duration,
+    ) -> std::io::Result<Answer> {
+        use rustix::fs::{FileType, Mode, OFlags};
         use std::io::ErrorKind;
-        match self.sock.send_to(how.word().as_bytes(), path) {
+        use std::os::fd::AsRawFd;
+        let fd = match rustix::fs::open(
+            path,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        ) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(Answer::NoListener),
+            Err(e) => return Err(e.into()),
+        };
+        let st = rustix::fs::fstat(&fd)?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::Socket || st.st_uid != uid {
+            return Err(std::io::Error::other(format!(
+                "{} is not a socket of uid {uid}; not sent",
+                path.display()
+            )));
+        }
+        // Through the descriptor just checked, not the path, which may change meanwhile.
+        let checked = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        match self.sock.send_to(how.word().as_bytes(), &checked) {
             Ok(_) => {}
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
                 return Ok(Answer::NoListener)
@@ -226,29 +254,38 @@ mod tests {
     use super::*;
 
     #[tokio::test(flavor = "current_thread")]
-    async fn a_request_is_taken_and_answered_and_a_missing_socket_says_so() {
+    async fn a_request_is_taken_and_answered_and_only_a_real_socket_is_asked() {
         let dir = std::env::temp_dir().join(format!("reaper-unit-ctl-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
+        let uid = rustix::process::geteuid().as_raw();
         let path = dir.join("x.sock");
         let control = Control::bind(&path).unwrap();
+        // A link to a socket is not followed: the directory's user could point it anywhere.
+        let link = dir.join("link.sock");
+        std::os::unix::fs::symlink(&path, &link).unwrap();
         let asker = Asker::new().unwrap();
+        assert!(asker.ask(&link, uid, How::Kill, Duration::ZERO).is_err());
+        assert!(
+            asker
+                .ask(&path, uid + 1, How::Kill, Duration::ZERO)
+                .is_err(),
+            "another uid's"
+        );
         let p = path.clone();
         let asked = std::thread::spawn(move || {
             asker
-                .ask(&p, How::Kill, Duration::from_secs(5))
+                .ask(&p, uid, How::Kill, Duration::from_secs(5))
                 .map(|a| (a, asker))
         });
         assert_eq!(control.request().await, How::Kill);
         let (answer, asker) = asked.join().unwrap().unwrap();
         assert!(matches!(answer, Answer::Taken));
         std::fs::remove_dir_all(&dir).unwrap();
-        let silent = Asker::new().unwrap();
         assert!(matches!(
-            silent
-                .ask(&path, How::Stop, Duration::from_millis(10))
+            asker
+                .ask(&path, uid, How::Stop, Duration::from_millis(10))
                 .unwrap(),
             Answer::NoListener
         ));
-        drop(asker);
     }
 }

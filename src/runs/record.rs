@@ -189,8 +189,7 @@ pub(crate) fn read_dir(dir: &Path, uid: u32) -> Vec<Found> {
 
 /// The record of run `id` in `dir`, if it is there, reads as one, and is `uid`'s.
 pub(crate) fn read_one(dir: &Path, uid: u32, id: &RunId) -> Option<Found> {
-    let path = Files::of(dir, id).record;
-    let file = std::fs::File::open(&path).ok()?;
+    let file = open_nofollow(&Files::of(dir, id).record)?;
     let file_uid = file.metadata().ok()?.uid();
     let record: RunRecord = serde_json::from_reader(std::io::BufReader::new(file)).ok()?;
     // A record names itself and its writer: one copied under another name, or claiming
@@ -201,6 +200,15 @@ pub(crate) fn read_one(dir: &Path, uid: u32, id: &RunId) -> Option<Found> {
             dir: dir.to_owned(),
             file_uid,
         })
+}
+
+/// `path` opened for reading, unless it is a symbolic link.
+fn open_nofollow(path: &Path) -> Option<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .ok()
 }
 
 /// Whether the record's owner is alive, as far as this process can tell.
@@ -255,24 +263,35 @@ pub(crate) fn cgroup_of(record: &RunRecord, file_uid: u32) -> Option<Cgroup> {
 }
 
 /// A note that the run was ended from outside while its owner could not answer, for the owner
-/// to report truthfully once it runs again.
-pub(crate) fn write_note(dir: &Path, id: &RunId, how: How) {
-    let path = Files::of(dir, id).note;
-    let _ = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .and_then(|mut f| f.write_all(how.word().as_bytes()));
+/// to report truthfully once it runs again. Written as the run's user (`uid`), through a fresh
+/// file renamed into place: the directory is that user's, and root must not write through a
+/// link or into a file the user put there.
+pub(crate) fn write_note(dir: &Path, id: &RunId, uid: u32, how: How) {
+    use rustix::fs::{Mode, OFlags};
+    let note = Files::of(dir, id).note;
+    let tmp = note.with_extension(format!("stopped.{}", std::process::id()));
+    let written = (|| -> std::io::Result<()> {
+        let fd = rustix::fs::open(
+            &tmp,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        if rustix::process::geteuid().as_raw() != uid {
+            rustix::fs::fchown(&fd, Some(rustix::process::Uid::from_raw(uid)), None)?;
+        }
+        std::fs::File::from(fd).write_all(how.word().as_bytes())?;
+        std::fs::rename(&tmp, &note)
+    })();
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        tracing::debug!("no note of the stop in {}: {e}", dir.display());
+    }
 }
 
 /// The note of run `id`, if someone left one.
 pub(crate) fn read_note(dir: &Path, id: &RunId) -> Option<How> {
-    match std::fs::read_to_string(Files::of(dir, id).note)
-        .ok()?
-        .trim()
-    {
+    let f = open_nofollow(&Files::of(dir, id).note)?;
+    match std::io::read_to_string(f).ok()?.trim() {
         "stop" => Some(How::Stop),
         "kill" => Some(How::Kill),
         _ => None,
@@ -395,7 +414,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let id: RunId = "1-2-3-4".parse().unwrap();
         assert_eq!(read_note(&dir, &id), None);
-        write_note(&dir, &id, How::Kill);
+        write_note(&dir, &id, rustix::process::geteuid().as_raw(), How::Kill);
         assert_eq!(read_note(&dir, &id), Some(How::Kill));
         Files::of(&dir, &id).remove();
         assert_eq!(read_note(&dir, &id), None);

@@ -285,7 +285,8 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
 /// id (orphans of the tree that came back to a subreaper owner) with theirs.
 fn tree_of(r: &RunRecord, leader_alive: bool) -> Vec<i32> {
     let mut pids = Vec::new();
-    if leader_alive {
+    // The record is its user's to write: a leader that is not that user's is not believed.
+    if leader_alive && procfs::uid(r.leader_pid) == Some(r.uid) {
         pids.push(r.leader_pid);
         pids.extend(
             procfs::descendants(r.leader_pid, &[])

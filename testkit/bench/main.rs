@@ -18,6 +18,7 @@ mod codex;
 mod init;
 mod mcp;
 mod mech;
+mod observe;
 mod spawn;
 mod stats;
 mod sys;
@@ -59,6 +60,7 @@ struct Plan {
     init_reps: usize,
     codex_reps: usize,
     mcp: mcp::McpPlan,
+    observe: observe::ObservePlan,
 }
 
 impl Plan {
@@ -85,6 +87,11 @@ impl Plan {
                 bulk_mib: 200,
                 bulk_reps: 3,
             },
+            observe: observe::ObservePlan {
+                runs: 100,
+                host: 5000,
+                reps: 10,
+            },
         }
     }
 
@@ -110,6 +117,11 @@ impl Plan {
                 alone_calls: 2,
                 bulk_mib: 10,
                 bulk_reps: 1,
+            },
+            observe: observe::ObservePlan {
+                runs: 5,
+                host: 300,
+                reps: 2,
             },
         }
     }
@@ -272,6 +284,14 @@ fn run(s: &Setup, plan: &Plan) -> String {
     let mcp = mcp::bench(s, &plan.mcp);
     progress("codex --version, with and without reaper", t0);
     let codex = codex::bench(s, plan.codex_reps);
+    progress(
+        &format!(
+            "reaper ps and audit with {} runs and {} processes",
+            plan.observe.runs, plan.observe.host
+        ),
+        t0,
+    );
+    let observe = observe::bench(s, &plan.observe);
     progress("done", t0);
 
     let mut r = String::new();
@@ -282,8 +302,32 @@ fn run(s: &Setup, plan: &Plan) -> String {
     init_section(&mut r, &inits);
     mcp_section(&mut r, &mcp, &plan.mcp);
     codex_section(&mut r, &codex, plan.codex_reps);
-    goals_section(&mut r, &spawn, &trees, &storm, &mcp);
+    observe_section(&mut r, &observe, &plan.observe);
+    goals_section(&mut r, &spawn, &trees, &storm, &mcp, &observe);
     r
+}
+
+fn observe_section(r: &mut String, o: &observe::ObserveResult, plan: &observe::ObservePlan) {
+    let _ = writeln!(
+        r,
+        "### Observing: `reaper ps` and `reaper audit` on a busy host
+
+         {} live runs (each a `reaper run` of its own with its guardian), listed: {}; {}          processes on the host while measuring (the rest a sleeping fixture tree of the          benchmark's). Wall time from spawn to exit, ms, median of {} (min–max).
+",
+        plan.runs, o.runs_listed, o.host_processes, plan.reps
+    );
+    if let Some(n) = &o.note {
+        let _ = writeln!(
+            r,
+            "n/a: {n}
+"
+        );
+    }
+    let _ = writeln!(r, "| command | ms |\n|---|---|");
+    for (label, ms) in &o.rows {
+        let _ = writeln!(r, "| {label} | {} |", cell(*ms));
+    }
+    let _ = writeln!(r);
 }
 
 struct Machine {
@@ -710,6 +754,7 @@ fn goals_section(
     trees: &[Vec<teardown::TeardownRow>],
     storm: &[teardown::TeardownRow],
     m: &mcp::McpResult,
+    o: &observe::ObserveResult,
 ) {
     let _ = writeln!(r, "### Goals (reported, never asserted)\n");
     let _ = writeln!(r, "| goal | measured | |\n|---|---|---|");
@@ -788,6 +833,16 @@ fn goals_section(
         format!("{} MiB", cell(m.bulk_hwm_mib)),
         lt(m.bulk_hwm_mib, 30.0),
     );
+    for (label, ms) in &o.rows {
+        goal(
+            &format!(
+                "{label} under 100 ms with {} runs and {} processes",
+                o.runs_listed, o.host_processes
+            ),
+            format!("{} ms", cell(*ms)),
+            lt(*ms, 100.0),
+        );
+    }
     let _ = writeln!(r);
 }
 
