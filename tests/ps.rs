@@ -186,7 +186,7 @@ fn memory_is_the_trees() {
         assert_eq!(r["process_count"], 2, "{backend}: {r}");
         let bytes = r["memory"]["current_bytes"].as_u64().unwrap_or(0);
         assert!(
-            bytes >= MIB << 20 && bytes < (MIB + 48) << 20,
+            (MIB << 20..(MIB + 48) << 20).contains(&bytes),
             "{backend}: {bytes} bytes for a tree holding {MIB} MiB ({})",
             r["memory"]
         );
@@ -381,7 +381,10 @@ fn a_kept_run_is_listed_until_it_is_killed() {
         .expect("reaper check runs");
     assert_eq!(common::code(&out), 1, "the check found the leak it kept");
     let v: Value = serde_json::from_slice(&out.stdout).expect("JSON");
-    let kept = v["runs"][0]["cgroup"].as_str().unwrap_or_default().to_owned();
+    let kept = v["runs"][0]["cgroup"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
     assert!(kept.contains("/reaper-kept-"), "{v}");
     assert!(!tree.survivors().is_empty(), "--keep kept them");
     let (_, json, _) = reaper_out(&["ps", "--json"]);
@@ -391,7 +394,10 @@ fn a_kept_run_is_listed_until_it_is_killed() {
         .find(|r| r["record"]["cgroup"] == kept.as_str())
         .unwrap_or_else(|| panic!("the kept run is not listed: {all:?}"));
     assert_eq!(run["state"], "kept");
-    assert_eq!(run["process_count"].as_u64(), Some(tree.survivors().len() as u64));
+    assert_eq!(
+        run["process_count"].as_u64(),
+        Some(tree.survivors().len() as u64)
+    );
     let (_, audit, _) = reaper_out(&["audit", "--json"]);
     let kept_pids: Vec<String> = tree
         .recorded()

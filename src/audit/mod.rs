@@ -52,6 +52,8 @@ pub struct Census {
     pub init: String,
     /// How long the census took, in milliseconds.
     pub elapsed_ms: u64,
+    /// Why nothing could be looked at, when so (a `/proc` of another PID namespace).
+    pub refused: Option<String>,
 }
 
 /// One leaked tree: its root (an orphan) and what is below it.
@@ -235,7 +237,22 @@ impl Evidence {
 /// Takes the census.
 pub fn census() -> Census {
     let t0 = Instant::now();
-    let table: Vec<ProcStat> = procfs::all();
+    if procfs::is_foreign() {
+        return Census {
+            certain: Vec::new(),
+            suspect: Vec::new(),
+            scanned: 0,
+            unreadable: 0,
+            init: String::new(),
+            elapsed_ms: 0,
+            refused: Some(
+                "/proc shows another PID namespace than this process's: its pids are not this \
+                 namespace's; mount a /proc of this namespace, or audit from the host"
+                    .into(),
+            ),
+        };
+    }
+    let table = process_table();
     let by_pid: HashMap<i32, &ProcStat> = table.iter().map(|s| (s.pid, s)).collect();
     let mut children: HashMap<i32, Vec<i32>> = HashMap::new();
     for s in &table {
@@ -274,6 +291,7 @@ pub fn census() -> Census {
         unreadable: 0,
         init,
         elapsed_ms: 0,
+        refused: None,
     };
     for s in &table {
         if !managers.contains(&s.ppid) || s.pid == 1 || s.is_dead() || mine.contains(&s.pid) {
@@ -295,6 +313,36 @@ pub fn census() -> Census {
     census.suspect.sort_by_key(|l| l.root.starttime);
     census.elapsed_ms = t0.elapsed().as_millis() as u64;
     census
+}
+
+/// Every process of the machine. The kernel writes each `/proc/PID/stat` on demand, which is
+/// most of the census's time on a busy host: split over a few threads.
+fn process_table() -> Vec<ProcStat> {
+    let pids: Vec<i32> = std::fs::read_dir("/proc")
+        .map(|rd| {
+            rd.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
+    let read = |part: &[i32]| -> Vec<ProcStat> {
+        part.iter().filter_map(|&p| procfs::stat(p).ok()).collect()
+    };
+    if threads < 2 || pids.len() < 1024 {
+        return read(&pids);
+    }
+    let part = pids.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let running: Vec<_> = pids
+            .chunks(part)
+            .map(|c| scope.spawn(move || read(c)))
+            .collect();
+        running
+            .into_iter()
+            .flat_map(|t| t.join().unwrap_or_default())
+            .collect()
+    })
 }
 
 enum Verdict {

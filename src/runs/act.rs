@@ -21,7 +21,7 @@ use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
 use super::id::RUN_ID_ENV;
-use super::record::{self, Files, How, Owner};
+use super::record::{self, Files, How, Owner, Phase};
 use super::view::RunStatus;
 use crate::containment::{self, sigstop, Process};
 
@@ -59,7 +59,8 @@ pub enum Done {
     },
     /// Without the owner.
     Directly {
-        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`.
+        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`, or `kept` (the
+        /// run was kept alive outside reaper).
         owner: &'static str,
         /// How many processes were ended.
         killed: usize,
@@ -136,9 +137,12 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
         });
     }
     let files = Files::of(&run.dir, &run.id);
-    let owner = record::owner(r);
+    // A kept run is out of its owner's hands: nobody else will remove it.
+    let kept = r.phase == Phase::Kept;
+    let owner = if kept { Owner::Gone } else { record::owner(r) };
     let why = match owner {
         Owner::Unknown => return Err(EndError::OwnerElsewhere),
+        Owner::Gone if kept => "kept",
         Owner::Gone => "gone",
         Owner::Alive { stopped } => {
             // Sent even to a stopped owner: it finds the request when continued.

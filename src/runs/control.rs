@@ -32,13 +32,10 @@ pub(crate) struct Control {
 const MAX_MESSAGE: usize = 4096;
 
 impl Control {
-    /// Binds the socket at `path` (replacing a stale file of that name); needs a tokio runtime.
+    /// Binds the socket at `path` (a run's id is never reused, so nothing is there yet; the
+    /// directory, closed to others, is what keeps them out); needs a tokio runtime.
     pub(crate) fn bind(path: &Path) -> std::io::Result<Control> {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::remove_file(path);
         let std = UnixDatagram::bind(path)?;
-        // The directory is closed to others already; the socket too, in case it is moved.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         std.set_nonblocking(true)?;
         let sock = tokio::net::UnixDatagram::from_std(std)?;
         Ok(Control {

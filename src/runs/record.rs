@@ -138,6 +138,18 @@ pub(crate) fn boot_id() -> &'static str {
     })
 }
 
+/// Writes the first `record` of a run to `path`, a new file, in one write: a reader sees it
+/// empty (not a record yet) or whole.
+pub(crate) fn create(path: &Path, record: &RunRecord) -> std::io::Result<()> {
+    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(&json)
+}
+
 /// Writes `record` to `path` whole: a temporary file beside it, renamed over it.
 pub(crate) fn write(path: &Path, record: &RunRecord) -> std::io::Result<()> {
     let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
@@ -297,6 +309,32 @@ pub(crate) fn read_note(dir: &Path, id: &RunId) -> Option<How> {
         _ => None,
     }
 }
+
+/// Whether this process should sweep `dir` now: at most once a minute for each records
+/// directory, by the time of a marker file (`.swept`) that the sweeper touches. A run's start
+/// pays one `stat` otherwise.
+pub(crate) fn sweep_due(dir: &Path) -> bool {
+    let marker = dir.join(".swept");
+    let fresh = std::fs::symlink_metadata(&marker)
+        .ok()
+        .and_then(|m| m.modified().ok())
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < SWEEP_EVERY);
+    if fresh {
+        return false;
+    }
+    // Replaced, not written through: the marker is never followed as a link.
+    let _ = std::fs::remove_file(&marker);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&marker)
+        .is_ok()
+}
+
+/// How often a records directory is swept, at most.
+const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Removes the records in `dir` (of user `uid`) whose run is provably over: the owner is gone
 /// and so is what the run lived in (its cgroup removed or empty; without one, its leader).

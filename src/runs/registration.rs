@@ -30,7 +30,7 @@ impl Registration {
         let dir = dir::own()?;
         sweep_once(dir);
         let files = Files::of(dir, &record.id);
-        if let Err(e) = record::write(&files.record, &record) {
+        if let Err(e) = record::create(&files.record, &record) {
             tracing::debug!("run {} not recorded: {e}", record.id);
             return None;
         }
@@ -102,11 +102,15 @@ impl Drop for Registration {
     }
 }
 
-/// Once per process, in the background: the records in `dir` whose run is over are removed
-/// (owners SIGKILLed without a guardian, kept runs whose cgroup emptied).
+/// Once per process at most (and once a minute for the directory, `record::sweep_due`), in
+/// the background: the records in `dir` whose run is over are removed (owners SIGKILLed
+/// without a guardian, kept runs whose cgroup emptied).
 fn sweep_once(dir: &'static Path) {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| {
+        if !record::sweep_due(dir) {
+            return;
+        }
         let uid = rustix::process::geteuid().as_raw();
         let spawned = std::thread::Builder::new()
             .name("reaper-record-sweep".into())

@@ -1,7 +1,7 @@
 //! `reaper-bench`: what containment costs and how fast the tree dies, side by side in one run.
 //!
 //! ```text
-//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]
+//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only observe]
 //! ```
 //!
 //! Prints a markdown report on stdout. With `--out FILE`, also puts it into FILE between the
@@ -10,6 +10,7 @@
 //! `reaper-fixture` and `fake-codex` are (default: next to this binary). `--alt-reaper` adds rows
 //! for another reaper build (a patch under test) beside the first, measured in the same rounds. `ci/bench.sh` builds
 //! them in release mode and runs this; `--quick` is its smoke version for `ci/test.sh`.
+//! `--only observe` runs `reaper ps` and `reaper audit` on a busy host alone.
 //!
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
 //! figures measured in the same round of the same run. Nothing is asserted: goals are reported.
@@ -128,7 +129,7 @@ impl Plan {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]");
+    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only observe]");
     std::process::exit(2)
 }
 
@@ -137,10 +138,15 @@ fn main() {
     let mut out: Option<PathBuf> = None;
     let mut bin_dir: Option<PathBuf> = None;
     let mut alt: Option<PathBuf> = None;
+    let mut only_observe = false;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
         match a.to_str() {
             Some("--quick") => quick = true,
+            Some("--only") => match args.next().as_deref().and_then(|a| a.to_str()) {
+                Some("observe") => only_observe = true,
+                _ => usage("--only observe"),
+            },
             Some("--out") => out = Some(args.next().unwrap_or_else(|| usage("--out FILE")).into()),
             Some("--alt-reaper") => {
                 alt = Some(
@@ -154,6 +160,9 @@ fn main() {
             }
             _ => usage(&format!("unknown argument {a:?}")),
         }
+    }
+    if only_observe && out.is_some() {
+        usage("--only prints a part of the report; it cannot replace the whole one (--out)");
     }
     let bin_dir = bin_dir.unwrap_or_else(|| {
         std::env::current_exe()
@@ -176,7 +185,17 @@ fn main() {
         std::process::exit(2)
     }
     let plan = if quick { Plan::quick() } else { Plan::full() };
-    let report = run(&setup, &plan);
+    let report = if only_observe {
+        let mut r = String::new();
+        observe_section(
+            &mut r,
+            &observe::bench(&setup, &plan.observe),
+            &plan.observe,
+        );
+        r
+    } else {
+        run(&setup, &plan)
+    };
     print!("{report}");
     if let Some(path) = out {
         if let Err(e) = splice_into(&path, &report) {
@@ -310,18 +329,14 @@ fn run(s: &Setup, plan: &Plan) -> String {
 fn observe_section(r: &mut String, o: &observe::ObserveResult, plan: &observe::ObservePlan) {
     let _ = writeln!(
         r,
-        "### Observing: `reaper ps` and `reaper audit` on a busy host
-
-         {} live runs (each a `reaper run` of its own with its guardian), listed: {}; {}          processes on the host while measuring (the rest a sleeping fixture tree of the          benchmark's). Wall time from spawn to exit, ms, median of {} (min–max).
-",
+        "### Observing: `reaper ps` and `reaper audit` on a busy host\n\n\
+         {} live runs (each a `reaper run` of its own with its guardian), listed: {}; {} \
+         processes on the host while measuring (the rest a sleeping fixture tree of the \
+         benchmark's). Wall time from spawn to exit, ms, median of {} (min–max).\n",
         plan.runs, o.runs_listed, o.host_processes, plan.reps
     );
     if let Some(n) = &o.note {
-        let _ = writeln!(
-            r,
-            "n/a: {n}
-"
-        );
+        let _ = writeln!(r, "n/a: {n}\n");
     }
     let _ = writeln!(r, "| command | ms |\n|---|---|");
     for (label, ms) in &o.rows {

@@ -17,7 +17,7 @@ pids_of() {  # FILE SECTION: every pid@start listed there
 import json, sys
 for l in json.load(open(sys.argv[1]))[sys.argv[2]]:
     for p in [l["root"]] + l["descendants"]:
-        print(f"{p[\"pid\"]}@{p[\"starttime\"]}")' "$1" "$2"
+        print("%s@%s" % (p["pid"], p["starttime"]))' "$1" "$2"
 }
 ident() {  # PID: pid@start, from /proc
   echo "$1@$(awk '{print $22}' "/proc/$1/stat" 2>/dev/null)"
@@ -27,6 +27,7 @@ sleepers() {  # SECONDS: the live `sleep SECONDS` processes, as pid@start
     while read -r p; do ident "$p"; done
 }
 
+show "the host as booted" ps -eo pid,ppid,sid,user,cgroup:70,args --sort=start_time
 say "audit of the host as booted (systemd, its services, the user's manager)"
 reaper audit; echo "(exit $?)"
 reaper audit --json > booted.json

@@ -21,6 +21,10 @@ pub struct AuditArgs {
 
 pub fn main(args: AuditArgs) -> u8 {
     let census = audit::census();
+    if let Some(why) = &census.refused {
+        say!("reaper: cannot audit here: {why}");
+        return 2;
+    }
     if let Some(named) = &args.kill {
         return kill(&census, named, args.json);
     }

@@ -109,6 +109,7 @@ fn describe(run: &runs::RunStatus, how: How, done: &Done) -> String {
                      continued"
                 ),
                 "gone" => format!("its owner (pid {owner}) is gone"),
+                "kept" => "it was kept alive outside reaper (reaper check --keep)".to_owned(),
                 _ => format!("its owner (pid {owner}) did not answer"),
             };
             let mut s = format!("run {id}: {why}; {verb} {killed} process(es) directly");
