@@ -3,8 +3,8 @@
 //! done directly when the owner cannot answer (stopped, not looking at its run) or is gone.
 //!
 //! Directly, with a cgroup: the first signal to every process of the cgroup through pidfds,
-//! the grace, then `cgroup.kill`, waiting for `populated 0`; the cgroup is removed when the
-//! owner is gone (a stopped owner removes it itself once continued, and reports the stop from
+//! the grace, then `cgroup.kill`, waiting for `populated 0`, and the processes outside it that
+//! carry the run's id (escapees) killed too; the cgroup is removed when the owner is gone (a stopped owner removes it itself once continued, and reports the stop from
 //! the note left beside the record). Without a cgroup (subreaper, pgid) nothing names the tree
 //! but the leader's descendants and the processes that carry the run's id
 //! ([`super::RUN_ID_ENV`]): those are stopped (SIGSTOP until no new one appears) and killed
@@ -204,7 +204,9 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
             } else {
                 let cg = record::cgroup_of(r, run.file_uid)
                     .ok_or_else(|| EndError::NotTheRunsCgroup(path.clone()))?;
-                let killed = end_cgroup(&cg, first, grace).await?;
+                let mut killed = end_cgroup(&cg, first, grace).await?;
+                // What left the cgroup (root can) still carries the run's id.
+                killed += end_tree(run, None, Duration::ZERO).await?;
                 let removed = owner == Owner::Gone && cg.remove_subtree().is_ok();
                 Done::Directly {
                     owner: why,

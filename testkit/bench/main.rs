@@ -1,7 +1,7 @@
 //! `reaper-bench`: what containment costs and how fast the tree dies, side by side in one run.
 //!
 //! ```text
-//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only observe]
+//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]
 //! ```
 //!
 //! Prints a markdown report on stdout. With `--out FILE`, also puts it into FILE between the
@@ -10,7 +10,8 @@
 //! `reaper-fixture` and `fake-codex` are (default: next to this binary). `--alt-reaper` adds rows
 //! for another reaper build (a patch under test) beside the first, measured in the same rounds. `ci/bench.sh` builds
 //! them in release mode and runs this; `--quick` is its smoke version for `ci/test.sh`.
-//! `--only observe` runs `reaper ps` and `reaper audit` on a busy host alone.
+//! `--only spawn` runs the spawn cost alone (with `--alt-reaper`: a quick comparison of two
+//! builds); `--only observe`, `reaper ps` and `reaper audit` on a busy host.
 //!
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
 //! figures measured in the same round of the same run. Nothing is asserted: goals are reported.
@@ -129,7 +130,7 @@ impl Plan {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only observe]");
+    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]");
     std::process::exit(2)
 }
 
@@ -138,14 +139,15 @@ fn main() {
     let mut out: Option<PathBuf> = None;
     let mut bin_dir: Option<PathBuf> = None;
     let mut alt: Option<PathBuf> = None;
-    let mut only_observe = false;
+    let mut only: Option<&'static str> = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
         match a.to_str() {
             Some("--quick") => quick = true,
             Some("--only") => match args.next().as_deref().and_then(|a| a.to_str()) {
-                Some("observe") => only_observe = true,
-                _ => usage("--only observe"),
+                Some("observe") => only = Some("observe"),
+                Some("spawn") => only = Some("spawn"),
+                _ => usage("--only spawn|observe"),
             },
             Some("--out") => out = Some(args.next().unwrap_or_else(|| usage("--out FILE")).into()),
             Some("--alt-reaper") => {
@@ -161,7 +163,7 @@ fn main() {
             _ => usage(&format!("unknown argument {a:?}")),
         }
     }
-    if only_observe && out.is_some() {
+    if only.is_some() && out.is_some() {
         usage("--only prints a part of the report; it cannot replace the whole one (--out)");
     }
     let bin_dir = bin_dir.unwrap_or_else(|| {
@@ -185,16 +187,25 @@ fn main() {
         std::process::exit(2)
     }
     let plan = if quick { Plan::quick() } else { Plan::full() };
-    let report = if only_observe {
-        let mut r = String::new();
-        observe_section(
-            &mut r,
-            &observe::bench(&setup, &plan.observe),
-            &plan.observe,
-        );
-        r
-    } else {
-        run(&setup, &plan)
+    let report = match only {
+        Some("observe") => {
+            let mut r = String::new();
+            let o = observe::bench(&setup, &plan.observe);
+            observe_section(&mut r, &o, &plan.observe);
+            r
+        }
+        Some(_) => {
+            let mut r = String::new();
+            let sp = spawn::bench(
+                &setup,
+                plan.spawn_rounds,
+                plan.spawn_batch,
+                plan.spawn_alone,
+            );
+            spawn_section(&mut r, &sp);
+            r
+        }
+        None => run(&setup, &plan),
     };
     print!("{report}");
     if let Some(path) = out {
