@@ -414,3 +414,26 @@ fn a_kept_run_is_listed_until_it_is_killed() {
     tree.assert_all_dead("the kept run");
     assert!(!Path::new(&kept).exists(), "{kept} left behind");
 }
+
+/// A reaper SIGKILLed with its guardian: the guardian kills and removes the run's cgroup and
+/// its record goes too — the run is no longer listed, stale or otherwise.
+#[test]
+fn the_guardian_removes_the_record_of_its_killed_reaper() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let parent = TestCgroup::new("ps-guardian");
+    let tree = Tree::new();
+    let mut owner = start(&tree, "cgroup", Some(&parent.0), &[], &["setsid-grandchild"]);
+    tree.wait_ready(Duration::from_secs(10));
+    assert_eq!(runs_of(owner.id(), false).len(), 1, "listed while it runs");
+    owner.kill().expect("SIGKILL the owner");
+    owner.wait().expect("reap it");
+    // The guardian removes the record after the cgroup, once the tree is dead.
+    assert!(
+        common::wait_until(Duration::from_secs(10), || runs_of(owner.id(), false).is_empty()),
+        "the record outlived the guardian's takeover: {:?}",
+        runs_of(owner.id(), false)
+    );
+    tree.assert_all_dead("the guardian's takeover");
+}
