@@ -4,7 +4,7 @@
 //! A datagram socket, so nothing a sender does can hold the owner up: a request is one
 //! datagram (`stop` or `kill`), taken when the owner next looks at its run (a [`crate::Child`]
 //! being waited on or stepped), answered at once (`ok stop`) and, when the run is over, once
-//! more with how it ended (`done {…}`). The socket file is 0600 in a 0700 directory: only the
+//! more with how it ended (`done {…}`). The socket is in the user's 0700 directory: only the
 //! run's user and root can send to it. A sender that gets no answer (the owner is stopped, or
 //! does not poll its run) acts without it (see [`super::act`]).
 //!
