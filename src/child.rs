@@ -161,6 +161,14 @@ impl Child {
         self.sup.as_ref().map(|s| &s.run)
     }
 
+    /// The run's id ([`crate::runs::RunId`]): every process of the run carries it in its
+    /// environment as `REAPER_RUN_ID`, and `reaper ps` shows the run under it. `None` when this
+    /// process cannot read its own identity, or once the run is over.
+    #[cfg(target_os = "linux")]
+    pub fn run_id(&self) -> Option<crate::runs::RunId> {
+        self.run().and_then(Run::id)
+    }
+
     /// The containment the run got.
     pub fn backend(&self) -> Option<BackendKind> {
         self.run().map(Run::backend_kind)

@@ -43,6 +43,7 @@ pub struct Command {
     pub(crate) plan: Plan,
     pub(crate) requests: Option<Requests>,
     pub(crate) events: EventSink,
+    pub(crate) request_id: Option<String>,
 }
 
 /// Where one of the leader's standard streams goes.
@@ -100,6 +101,7 @@ impl Command {
             },
             requests: None,
             events: EventSink::none(),
+            request_id: None,
         }
     }
 
@@ -282,6 +284,13 @@ impl Command {
     /// Where the run's lifecycle events go.
     pub fn events(&mut self, sink: EventSink) -> &mut Self {
         self.events = sink;
+        self
+    }
+
+    /// The request this run serves (an MCP request's id), kept in the run's record for
+    /// `reaper ps` and [`crate::runs::list`].
+    pub fn request_id(&mut self, id: impl Into<String>) -> &mut Self {
+        self.request_id = Some(id.into());
         self
     }
 

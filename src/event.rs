@@ -37,6 +37,12 @@ pub enum Event {
     CancelRequested,
     /// reaper's parent died (`--die-with-parent`).
     ParentDied,
+    /// Another process asked for the run's end through its control socket: `reaper stop`
+    /// (the plan's stop sequence), or with `kill`, `reaper kill` (SIGKILL for the whole tree).
+    EndRequested {
+        /// SIGKILL at once rather than the stop sequence.
+        kill: bool,
+    },
     /// reaper's stdin reached EOF or its writer hung up (`--on-stdin-eof`); CMD's stdin is
     /// closed once what was sent has been relayed.
     StdinEof,

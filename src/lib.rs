@@ -62,6 +62,8 @@ macro_rules! say {
     }};
 }
 
+#[cfg(target_os = "linux")]
+pub mod audit;
 mod child;
 mod command;
 pub(crate) mod containment;
@@ -78,6 +80,8 @@ mod options;
 mod outcome;
 mod process;
 mod run;
+#[cfg(target_os = "linux")]
+pub mod runs;
 pub mod supervise;
 
 pub use child::Child;

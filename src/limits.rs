@@ -7,10 +7,10 @@
 //! parent that did not delegate it, or where the cgroup reaper would have to change is not
 //! reaper's (the root cgroup, a cgroup systemd manages for another unit), the run does not start.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The limits asked for; `None` is no limit.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Limits {
     /// `memory.max`, in bytes.
     #[serde(rename = "memory_max_bytes")]

@@ -1,12 +1,12 @@
 //! How a run ended: the leader's status, why the run stopped, what was killed, what survived.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use reaper_platform::ExitStatus;
 use reaper_platform::{signal, Signal};
 
 /// Why the run stopped.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum StopReason {
     /// The leader exited by itself.
@@ -29,6 +29,13 @@ pub enum StopReason {
     /// The MCP server is shutting down (its own signal or its client gone): the call's stop
     /// has a short grace.
     Shutdown,
+    /// Another process asked for the run's stop (`reaper stop`, [`crate::runs::end`]): the
+    /// plan's stop sequence, as on a timeout. Also when the run was stopped directly while its
+    /// owner could not answer (stopped by SIGSTOP), reported once the owner runs again.
+    Stopped,
+    /// Another process asked for the run to be killed (`reaper kill`): SIGKILL for the whole
+    /// tree at once.
+    Killed,
 }
 
 /// How a run ended, and what ending it took: what `reaper run --json` prints and

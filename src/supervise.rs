@@ -381,13 +381,14 @@ impl Supervisor {
             /// The allowance or the linger is over.
             Over,
             Timeout,
-            Request(Request),
+            Request(Asked),
         }
         let phase = self.phase;
         let timeout_at = match phase {
             Phase::Lingering(_) if !self.plan.timeout_ends_linger => None,
             _ => self.timeout_at,
         };
+        let control = control_of(&self.run);
         let run = &mut self.run;
         let watch = async {
             match phase {
@@ -411,11 +412,15 @@ impl Supervisor {
         let woke = tokio::select! {
             w = watch => w,
             _ = sleep_until(timeout_at) => Woke::Timeout,
-            r = self.requests.next() => Woke::Request(r),
+            r = next(&self.requests, &control) => Woke::Request(r),
         };
         match (woke, phase) {
             (Woke::LeaderExited, Phase::Running) => {
                 self.phase = Phase::Exited;
+                #[cfg(target_os = "linux")]
+                if !self.plan.linger.is_zero() {
+                    self.run.set_phase(crate::runs::Phase::Lingering, None);
+                }
                 Some(Step::LeaderExited)
             }
             // After a stdin EOF the leader's own exit ends the run as an exit, with no linger.
@@ -430,7 +435,15 @@ impl Supervisor {
         }
     }
 
-    fn request(&mut self, r: Request) -> Option<Step> {
+    fn request(&mut self, r: Asked) -> Option<Step> {
+        let r = match r {
+            Asked::Request(r) => r,
+            Asked::Outside(StopReason::Killed) => {
+                self.kill = true;
+                return self.decide(StopReason::Killed);
+            }
+            Asked::Outside(reason) => return self.decide(reason),
+        };
         match r {
             Request::Signal(sig) if self.plan.forward.contains(&sig) => {
                 self.run.forward(sig, self.plan.forward_to == Target::Tree);
@@ -492,6 +505,14 @@ impl Supervisor {
             | StopReason::Shutdown
             | StopReason::Oom
             | StopReason::Error => {}
+            StopReason::Stopped | StopReason::Killed => sink.emit(Event::EndRequested {
+                kill: reason == StopReason::Killed,
+            }),
+        }
+        #[cfg(target_os = "linux")]
+        if reason != StopReason::Exited {
+            self.run
+                .set_phase(crate::runs::Phase::Stopping, Some(reason));
         }
         self.phase = Phase::Decided(reason);
         Some(Step::Stop(reason))
@@ -566,12 +587,18 @@ impl Supervisor {
             }
         }
         let requests = &self.requests;
+        let control = control_of(&self.run);
         let forward = &plan.forward;
         let cut = plan.cut_short;
         // A kill asked for during the grace ends it whatever the plan says.
         let cut_short = async move {
             loop {
-                match (cut, requests.next().await) {
+                let r = match next(requests, &control).await {
+                    Asked::Request(r) => r,
+                    Asked::Outside(StopReason::Killed) => break,
+                    Asked::Outside(_) => continue,
+                };
+                match (cut, r) {
                     (_, Request::Kill) => break,
                     (CutShort::BySignal, Request::Signal(s)) if !forward.contains(&s) => break,
                     // A shutdown during a cancel's or timeout's grace cuts it to nothing; the
@@ -627,6 +654,7 @@ impl Supervisor {
                 signalled_all |= !foreground;
             }
             // Waits until something re-sends, ignoring what timeout(1) does not listen to.
+            let control = control_of(&self.run);
             loop {
                 let timeout_at = self.timeout_at.filter(|_| timeout_pending);
                 tokio::select! {
@@ -646,19 +674,23 @@ impl Supervisor {
                         sig = self.plan.stop.first;
                         break;
                     }
-                    r = self.requests.next() => match r {
-                        Request::Signal(s) if s == Signal::ALARM => {
+                    r = next(&self.requests, &control) => match r {
+                        Asked::Outside(StopReason::Killed) => {
+                            return (PhaseEnd::KillAfter, timed_out)
+                        }
+                        Asked::Outside(_) => {}
+                        Asked::Request(Request::Signal(s)) if s == Signal::ALARM => {
                             timeout_pending = false;
                             timed_out = true;
                             sig = self.plan.stop.first;
                             break;
                         }
-                        Request::Signal(s) => {
+                        Asked::Request(Request::Signal(s)) => {
                             sig = Some(s);
                             break;
                         }
-                        Request::Kill => return (PhaseEnd::KillAfter, timed_out),
-                        _ => {}
+                        Asked::Request(Request::Kill) => return (PhaseEnd::KillAfter, timed_out),
+                        Asked::Request(_) => {}
                     },
                 }
             }
@@ -692,6 +724,51 @@ fn far(d: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(d)
         .unwrap_or_else(|| now + Duration::from_secs(86_400 * 365))
+}
+
+/// A request to the run: from its owner's [`Requests`], or from another process through the
+/// run's control socket (`reaper stop`: [`StopReason::Stopped`], `reaper kill`:
+/// [`StopReason::Killed`]).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // no control socket off Linux
+enum Asked {
+    Request(Request),
+    Outside(StopReason),
+}
+
+/// The run's control socket, where it has one.
+#[cfg(target_os = "linux")]
+type ControlRef = Option<Arc<crate::runs::control::Control>>;
+#[cfg(not(target_os = "linux"))]
+type ControlRef = Option<std::convert::Infallible>;
+
+fn control_of(run: &Run) -> ControlRef {
+    #[cfg(target_os = "linux")]
+    return run.control();
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = run;
+        None
+    }
+}
+
+/// The next request, from whichever source has one. Cancel-safe: each source's receive is.
+async fn next(requests: &Requests, control: &ControlRef) -> Asked {
+    #[cfg(target_os = "linux")]
+    let outside = async {
+        match control {
+            Some(c) => c.request().await.reason(),
+            None => std::future::pending().await,
+        }
+    };
+    #[cfg(not(target_os = "linux"))]
+    let outside = {
+        let _ = control;
+        std::future::pending::<StopReason>()
+    };
+    tokio::select! {
+        r = requests.next() => Asked::Request(r),
+        reason = outside => Asked::Outside(reason),
+    }
 }
 
 /// Resolves at `at`; never without one.

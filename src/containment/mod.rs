@@ -17,7 +17,7 @@
 pub mod cgroup;
 pub mod pgid;
 pub mod select;
-mod sigstop;
+pub(crate) mod sigstop;
 #[cfg(target_os = "linux")]
 pub mod spawn;
 #[cfg(target_os = "linux")]

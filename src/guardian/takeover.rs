@@ -71,6 +71,11 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
         let mut failed = false;
         if !runs.is_empty() {
             failed |= take_over(&runs, true).await;
+            let who = crate::Identity {
+                pid: reaper_pid,
+                starttime: reaper_start,
+            };
+            crate::runs::record::remove_taken_over(who, pidns);
         }
         if !leaves.is_empty() {
             // reaper lives in its supervisor leaf until it exits: only then is the leaf empty.

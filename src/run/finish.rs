@@ -20,6 +20,10 @@ impl Run {
         self.ended = true;
         // The kept cgroup's name (`reaper-kept-…`) is not one the guardian takes over.
         let kept = self.backend.keep(&self.limits)?;
+        #[cfg(target_os = "linux")]
+        if let Some(r) = self.registration.take() {
+            r.kept(kept.at.clone());
+        }
         if let Some(e) = kept.unlimited {
             say!("reaper: warning: the kept processes run without their limits: {e}");
         }
@@ -34,6 +38,17 @@ impl Run {
         received_signal: Option<Signal>,
     ) -> Outcome {
         self.ended = true;
+        // Stopped directly from outside while this process could not answer: the leader's
+        // "exit" was that stop.
+        #[cfg(target_os = "linux")]
+        let reason = match self
+            .registration
+            .as_ref()
+            .and_then(|r| r.ended_from_outside())
+        {
+            Some(how) if reason == StopReason::Exited => how.reason(),
+            _ => reason,
+        };
         // The leader is dead by now (the tree was stopped); collect its status.
         if !self.leader.gone {
             let _ = tokio::time::timeout(KILL_DEADLINE, self.leader.wait()).await;
@@ -117,6 +132,10 @@ impl Run {
             leader_status: None,
         };
         out.set_leader_status(self.leader.status);
+        #[cfg(target_os = "linux")]
+        if let Some(r) = self.registration.take() {
+            r.ended(&out);
+        }
         containment::select::sweep_finished().await;
         out
     }

@@ -61,6 +61,9 @@ pub(crate) struct Run {
     guardian: Option<Arc<Guardian>>,
     /// The limits set on the run cgroup.
     limits: crate::Limits,
+    /// The run's record and control socket (see [`crate::runs`]).
+    #[cfg(target_os = "linux")]
+    registration: Option<crate::runs::registration::Registration>,
 }
 
 impl Run {
@@ -143,6 +146,30 @@ impl Run {
 
     pub fn limits(&self) -> crate::Limits {
         self.limits
+    }
+
+    /// The run's id, when it has one.
+    #[cfg(target_os = "linux")]
+    pub fn id(&self) -> Option<crate::runs::RunId> {
+        self.registration.as_ref().map(|r| r.id())
+    }
+
+    /// Where requests from other processes come in (`reaper stop`, `reaper kill`).
+    #[cfg(target_os = "linux")]
+    pub(crate) fn control(&self) -> Option<Arc<crate::runs::control::Control>> {
+        self.registration.as_ref().and_then(|r| r.control.clone())
+    }
+
+    /// The run is now in `phase`, as its record says.
+    #[cfg(target_os = "linux")]
+    pub(crate) fn set_phase(
+        &mut self,
+        phase: crate::runs::Phase,
+        reason: Option<crate::StopReason>,
+    ) {
+        if let Some(r) = self.registration.as_mut() {
+            r.phase(phase, reason);
+        }
     }
 }
 

@@ -30,6 +30,8 @@ impl Run {
         let opts = cmd.options.clone();
         let sink = cmd.events.clone();
         let (mut backend, warning) = contain(&opts).await.map_err(Error::Containment)?;
+        #[cfg(target_os = "linux")]
+        let id = run_id(&backend);
         let guardian = opts.guardian.clone();
         let sigchld = unix_signal(SignalKind::child()).ok();
         // The leader leads a process group of its own, so that the tree never shares reaper's
@@ -43,7 +45,18 @@ impl Run {
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
         let reaping = reap::hold();
-        let spawned = match spawn::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox) {
+        // Every process of the run inherits its id (unless it clears its environment).
+        #[cfg(target_os = "linux")]
+        let tagged = id.map(|id| {
+            cmd.env
+                .push((crate::runs::RUN_ID_ENV.into(), Some(id.to_string().into())))
+        });
+        let spawned = spawn::spawn(cmd, &backend, terminal.as_ref(), opts.sandbox);
+        #[cfg(target_os = "linux")]
+        if tagged.is_some() {
+            cmd.env.pop();
+        }
+        let spawned = match spawned {
             Ok(s) => s,
             Err(e) => {
                 drop(reaping);
@@ -102,6 +115,10 @@ impl Run {
             guardian: guardian.clone(),
             sink: sink.clone(),
         };
+        #[cfg(target_os = "linux")]
+        let registration = id.and_then(|id| {
+            crate::runs::registration::Registration::new(record(id, cmd, &argv, &backend, &leader))
+        });
         let run = Run {
             argv,
             backend,
@@ -114,7 +131,60 @@ impl Run {
             warning,
             guardian,
             limits: opts.limits,
+            #[cfg(target_os = "linux")]
+            registration,
         };
         Ok((run, pipes))
+    }
+}
+
+/// The run's id: its cgroup's name says it; a run without one takes the next number.
+#[cfg(target_os = "linux")]
+fn run_id(backend: &crate::containment::AnyBackend) -> Option<crate::runs::RunId> {
+    use crate::runs::RunId;
+    match backend.cgroup_path() {
+        Some(p) => p
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(RunId::from_cgroup_name),
+        None => RunId::this_process(crate::runs::next_seq()),
+    }
+}
+
+/// What the run's record says, as the leader has just started.
+#[cfg(target_os = "linux")]
+fn record(
+    id: crate::runs::RunId,
+    cmd: &Command,
+    argv: &[String],
+    backend: &crate::containment::AnyBackend,
+    leader: &Leader,
+) -> crate::runs::RunRecord {
+    use crate::runs::{record, Phase, RunRecord, RECORD_VERSION};
+    let pid = leader.handle.raw_pid();
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    RunRecord {
+        version: RECORD_VERSION,
+        id,
+        boot_id: record::boot_id().to_owned(),
+        uid: rustix::process::geteuid().as_raw(),
+        argv: argv.to_vec(),
+        started_unix_ms: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, ms),
+        backend: backend.kind().as_str().to_owned(),
+        cgroup: backend.cgroup_path().map(Into::into),
+        limits: (!cmd.options.limits.is_empty()).then_some(cmd.options.limits),
+        leader_pid: pid,
+        // The leader is our child, not reaped yet: its pid is its own.
+        leader_starttime: reaper_platform::linux::procfs::stat(pid)
+            .map(|s| s.starttime)
+            .unwrap_or(0),
+        timeout_ms: cmd.plan.timeout.map(ms),
+        stop_signal: cmd.plan.stop.first.map(|s| s.as_raw()),
+        grace_ms: ms(cmd.plan.stop.grace),
+        request_id: cmd.request_id.clone(),
+        phase: Phase::Running,
+        stop_reason: None,
     }
 }

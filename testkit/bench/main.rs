@@ -1,7 +1,7 @@
 //! `reaper-bench`: what containment costs and how fast the tree dies, side by side in one run.
 //!
 //! ```text
-//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]
+//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]
 //! ```
 //!
 //! Prints a markdown report on stdout. With `--out FILE`, also puts it into FILE between the
@@ -10,6 +10,8 @@
 //! `reaper-fixture` and `fake-codex` are (default: next to this binary). `--alt-reaper` adds rows
 //! for another reaper build (a patch under test) beside the first, measured in the same rounds. `ci/bench.sh` builds
 //! them in release mode and runs this; `--quick` is its smoke version for `ci/test.sh`.
+//! `--only spawn` runs the spawn cost alone (with `--alt-reaper`: a quick comparison of two
+//! builds); `--only observe`, `reaper ps` and `reaper audit` on a busy host.
 //!
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
 //! figures measured in the same round of the same run. Nothing is asserted: goals are reported.
@@ -18,6 +20,7 @@ mod codex;
 mod init;
 mod mcp;
 mod mech;
+mod observe;
 mod spawn;
 mod stats;
 mod sys;
@@ -59,6 +62,7 @@ struct Plan {
     init_reps: usize,
     codex_reps: usize,
     mcp: mcp::McpPlan,
+    observe: observe::ObservePlan,
 }
 
 impl Plan {
@@ -84,6 +88,11 @@ impl Plan {
                 alone_calls: 10,
                 bulk_mib: 200,
                 bulk_reps: 3,
+            },
+            observe: observe::ObservePlan {
+                runs: 100,
+                host: 5000,
+                reps: 10,
             },
         }
     }
@@ -111,12 +120,17 @@ impl Plan {
                 bulk_mib: 10,
                 bulk_reps: 1,
             },
+            observe: observe::ObservePlan {
+                runs: 5,
+                host: 300,
+                reps: 2,
+            },
         }
     }
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH]");
+    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]");
     std::process::exit(2)
 }
 
@@ -125,10 +139,16 @@ fn main() {
     let mut out: Option<PathBuf> = None;
     let mut bin_dir: Option<PathBuf> = None;
     let mut alt: Option<PathBuf> = None;
+    let mut only: Option<&'static str> = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
         match a.to_str() {
             Some("--quick") => quick = true,
+            Some("--only") => match args.next().as_deref().and_then(|a| a.to_str()) {
+                Some("observe") => only = Some("observe"),
+                Some("spawn") => only = Some("spawn"),
+                _ => usage("--only spawn|observe"),
+            },
             Some("--out") => out = Some(args.next().unwrap_or_else(|| usage("--out FILE")).into()),
             Some("--alt-reaper") => {
                 alt = Some(
@@ -142,6 +162,9 @@ fn main() {
             }
             _ => usage(&format!("unknown argument {a:?}")),
         }
+    }
+    if only.is_some() && out.is_some() {
+        usage("--only prints a part of the report; it cannot replace the whole one (--out)");
     }
     let bin_dir = bin_dir.unwrap_or_else(|| {
         std::env::current_exe()
@@ -164,7 +187,26 @@ fn main() {
         std::process::exit(2)
     }
     let plan = if quick { Plan::quick() } else { Plan::full() };
-    let report = run(&setup, &plan);
+    let report = match only {
+        Some("observe") => {
+            let mut r = String::new();
+            let o = observe::bench(&setup, &plan.observe);
+            observe_section(&mut r, &o, &plan.observe);
+            r
+        }
+        Some(_) => {
+            let mut r = String::new();
+            let sp = spawn::bench(
+                &setup,
+                plan.spawn_rounds,
+                plan.spawn_batch,
+                plan.spawn_alone,
+            );
+            spawn_section(&mut r, &sp);
+            r
+        }
+        None => run(&setup, &plan),
+    };
     print!("{report}");
     if let Some(path) = out {
         if let Err(e) = splice_into(&path, &report) {
@@ -272,6 +314,14 @@ fn run(s: &Setup, plan: &Plan) -> String {
     let mcp = mcp::bench(s, &plan.mcp);
     progress("codex --version, with and without reaper", t0);
     let codex = codex::bench(s, plan.codex_reps);
+    progress(
+        &format!(
+            "reaper ps and audit with {} runs and {} processes",
+            plan.observe.runs, plan.observe.host
+        ),
+        t0,
+    );
+    let observe = observe::bench(s, &plan.observe);
     progress("done", t0);
 
     let mut r = String::new();
@@ -282,8 +332,28 @@ fn run(s: &Setup, plan: &Plan) -> String {
     init_section(&mut r, &inits);
     mcp_section(&mut r, &mcp, &plan.mcp);
     codex_section(&mut r, &codex, plan.codex_reps);
-    goals_section(&mut r, &spawn, &trees, &storm, &mcp);
+    observe_section(&mut r, &observe, &plan.observe);
+    goals_section(&mut r, &spawn, &trees, &storm, &mcp, &observe);
     r
+}
+
+fn observe_section(r: &mut String, o: &observe::ObserveResult, plan: &observe::ObservePlan) {
+    let _ = writeln!(
+        r,
+        "### Observing: `reaper ps` and `reaper audit` on a busy host\n\n\
+         {} live runs (each a `reaper run` of its own with its guardian), listed: {}; {} \
+         processes on the host while measuring (the rest a sleeping fixture tree of the \
+         benchmark's). Wall time from spawn to exit, ms, median of {} (min–max).\n",
+        plan.runs, o.runs_listed, o.host_processes, plan.reps
+    );
+    if let Some(n) = &o.note {
+        let _ = writeln!(r, "n/a: {n}\n");
+    }
+    let _ = writeln!(r, "| command | ms |\n|---|---|");
+    for (label, ms) in &o.rows {
+        let _ = writeln!(r, "| {label} | {} |", cell(*ms));
+    }
+    let _ = writeln!(r);
 }
 
 struct Machine {
@@ -720,6 +790,7 @@ fn goals_section(
     trees: &[Vec<teardown::TeardownRow>],
     storm: &[teardown::TeardownRow],
     m: &mcp::McpResult,
+    o: &observe::ObserveResult,
 ) {
     let _ = writeln!(r, "### Goals (reported, never asserted)\n");
     let _ = writeln!(r, "| goal | measured | |\n|---|---|---|");
@@ -798,6 +869,16 @@ fn goals_section(
         format!("{} MiB", cell(m.bulk_hwm_mib)),
         lt(m.bulk_hwm_mib, 30.0),
     );
+    for (label, ms) in &o.rows {
+        goal(
+            &format!(
+                "{label} under 100 ms with {} runs and {} processes",
+                o.runs_listed, o.host_processes
+            ),
+            format!("{} ms", cell(*ms)),
+            lt(*ms, 100.0),
+        );
+    }
     let _ = writeln!(r);
 }
 

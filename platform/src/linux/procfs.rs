@@ -222,6 +222,54 @@ pub fn cmdline(pid: i32) -> String {
         .unwrap_or_default()
 }
 
+/// The value of the environment variable `name` in the environment the process was started
+/// with (`/proc/PID/environ`: what it got at its last exec, not what it set since). `None`
+/// when it has none, or its environment is not readable (another user's, without root).
+pub fn environ_var(pid: i32, name: &str) -> Option<String> {
+    let env = in_proc(pid, |q| std::fs::read(format!("/proc/{q}/environ"))).ok()?;
+    let key = name.as_bytes();
+    env.split(|&c| c == 0).find_map(|kv| {
+        let v = kv.strip_prefix(key)?.strip_prefix(b"=")?;
+        Some(String::from_utf8_lossy(v).into_owned())
+    })
+}
+
+/// The process's resident memory, in bytes (`/proc/PID/statm`, field 2, in pages).
+pub fn resident_bytes(pid: i32) -> Option<u64> {
+    let mut buf = [0u8; 256];
+    let text = in_proc(pid, |q| {
+        read_proc_file(&format!("/proc/{q}/statm"), &mut buf).map(|t| t.into_owned())
+    })
+    .ok()?;
+    let pages: u64 = text.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * rustix::param::page_size() as u64)
+}
+
+/// CPU time the process used, and its children it waited for, in clock ticks
+/// (`/proc/PID/stat` fields 14–17: utime, stime, cutime, cstime).
+pub fn cpu_ticks(pid: i32) -> Option<u64> {
+    let mut buf = [0u8; 1024];
+    let text = in_proc(pid, |q| {
+        read_proc_file(&format!("/proc/{q}/stat"), &mut buf).map(|t| t.into_owned())
+    })
+    .ok()?;
+    (14..=17).map(|n| stat_field(&text, n)).sum()
+}
+
+/// The user id that owns the process (its real uid, as `/proc/PID` is owned).
+pub fn uid(pid: i32) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    in_proc(pid, |q| std::fs::metadata(format!("/proc/{q}")))
+        .ok()
+        .map(|m| m.uid())
+}
+
+/// What the process's file descriptor `fd` is open on (`/proc/PID/fd/FD`: a path, `pipe:[N]`,
+/// `socket:[N]`, `/dev/pts/3`, `… (deleted)`); `Err(NotFound)` when it has no such fd.
+pub fn fd_target(pid: i32, fd: i32) -> io::Result<PathBuf> {
+    in_proc(pid, |q| std::fs::read_link(format!("/proc/{q}/fd/{fd}")))
+}
+
 /// The executable's path, when readable.
 pub fn exe(pid: i32) -> Option<PathBuf> {
     in_proc(pid, |q| std::fs::read_link(format!("/proc/{q}/exe"))).ok()

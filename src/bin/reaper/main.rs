@@ -56,6 +56,20 @@ enum Cmd {
     Doctor(cli::doctor::DoctorArgs),
     /// Serve the MCP tools `codex` and `codex-reply` on stdio, each call contained.
     Mcp(cli::mcp::McpArgs),
+    /// List the live runs (every user's, for root): owner, state, processes, memory, CPU.
+    #[cfg(target_os = "linux")]
+    Ps(cli::ps::PsArgs),
+    /// Stop runs as their timeout would: their owners run the stop sequence (done directly
+    /// when an owner is stopped or gone).
+    #[cfg(target_os = "linux")]
+    Stop(cli::stop::StopArgs),
+    /// Kill runs' whole trees at once (SIGKILL), through their owners or directly.
+    #[cfg(target_os = "linux")]
+    Kill(cli::stop::StopArgs),
+    /// List the processes of this machine that look leaked: certain ones (their reaper is
+    /// gone) and suspects (reparented, in no live run). Read-only unless --kill.
+    #[cfg(target_os = "linux")]
+    Audit(cli::audit::AuditArgs),
     /// Internal: the guardian of the reaper process PID (see `reaper::Guardian::exec`).
     #[command(hide = true)]
     Guardian { pid: i32, starttime: u64 },
@@ -162,6 +176,14 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
         Cmd::Check(a) => cli::check::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),
+        #[cfg(target_os = "linux")]
+        Cmd::Ps(a) => cli::ps::main(a),
+        #[cfg(target_os = "linux")]
+        Cmd::Stop(a) => cli::stop::main(a, reaper::runs::How::Stop),
+        #[cfg(target_os = "linux")]
+        Cmd::Kill(a) => cli::stop::main(a, reaper::runs::How::Kill),
+        #[cfg(target_os = "linux")]
+        Cmd::Audit(a) => cli::audit::main(a),
         Cmd::Guardian { pid, starttime } => reaper::Guardian::serve(pid, starttime),
     };
     std::process::ExitCode::from(code)

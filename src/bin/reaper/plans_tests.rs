@@ -51,6 +51,7 @@ fn plans(timeout: Option<&str>) -> Vec<(&'static str, Plan)> {
     });
     let spec = crate::mcp::call::CallSpec {
         id: 0,
+        request_id: "0".into(),
         argv: vec!["sleep".into(), "60".into()],
         prompt: String::new(),
         env: Vec::new(),

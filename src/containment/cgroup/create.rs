@@ -4,16 +4,12 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::cgroupfs;
 
 use super::place::{me_or_err, supervisor_name, CgroupEnv, Placement};
 use crate::error::{ContainError as Error, ContainErrorKind as Kind, RUN_DOCTOR};
-
-/// The sequence number of this process's next run cgroup.
-static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A run cgroup just created, and its owner lock (held for the run's life).
 #[derive(Debug)]
@@ -26,10 +22,11 @@ pub struct RunCgroup {
     pub lock: OwnedFd,
 }
 
-/// Creates a fresh run cgroup under `placement`.
+/// Creates a fresh run cgroup under `placement`, named after the run it is for: its number is
+/// the next run's of this process (`crate::runs::RunId`).
 pub fn create_run_cgroup(placement: &Placement) -> Result<RunCgroup, Error> {
     let me = me_or_err()?;
-    let next_name = || me.name(&SEQ.fetch_add(1, Ordering::Relaxed).to_string());
+    let next_name = || me.name(&crate::runs::next_seq().to_string());
     let (cgroup, lock) = create_owned(&placement.dir, next_name, Cgroup::create)?;
     let path = format!("{}/{}", placement.path.trim_end_matches('/'), cgroup.name());
     Ok(RunCgroup { cgroup, path, lock })

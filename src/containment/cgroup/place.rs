@@ -103,6 +103,11 @@ fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
     Ok(found)
 }
 
+/// Where the cgroup2 file system is mounted.
+pub fn mount_point() -> Result<PathBuf, Error> {
+    Ok(mounts()?.0.mount_point)
+}
+
 /// This reaper as its names carry it: its PID namespace, pid and start time, read once (none
 /// of them changes for a process's life). Kept with the pid it was read for, so a forked child
 /// (the guardian) that inherited the cell reads its own.

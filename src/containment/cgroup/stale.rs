@@ -55,6 +55,7 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
                 owner.pid
             );
             removed.push(cg.path().to_owned());
+            crate::runs::record::forget(&name);
         }
     }
     tracing::debug!(

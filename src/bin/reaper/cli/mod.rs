@@ -1,12 +1,18 @@
 //! The command-line faces: flags in, a run spec to the run layer, an exit status and a report
 //! out.
 
+#[cfg(target_os = "linux")]
+pub mod audit;
 pub mod check;
 pub mod contain;
 pub mod doctor;
 pub mod mcp;
 pub mod parse;
+#[cfg(target_os = "linux")]
+pub mod ps;
 pub mod run;
+#[cfg(target_os = "linux")]
+pub mod stop;
 
 use reaper::supervise::{Request, Requests};
 use reaper::{Event, EventSink};

@@ -281,6 +281,8 @@ async fn run(mut args: RunArgs) -> u8 {
                 "reaper: stdin closed and the command did not exit within {}; stopped {n} process(es){moved}",
                 parse::show(args.on_stdin_eof.unwrap_or_default())
             ),
+            StopReason::Stopped => say!("reaper: stopped from outside (reaper stop); stopped {n} process(es){moved}"),
+            StopReason::Killed => say!("reaper: killed from outside (reaper kill); killed {n} process(es){moved}"),
             _ if leftovers > 0 => say!("reaper: the leader exited; stopped {n} leftover process(es){moved}"),
             _ => {}
         }

@@ -38,6 +38,8 @@ const READ_CHUNK: usize = 64 << 10;
 pub struct CallSpec {
     /// Names the call in logs.
     pub id: u64,
+    /// The client's id of the `tools/call` request, recorded with the call's run.
+    pub request_id: String,
     pub argv: Vec<String>,
     pub prompt: String,
     /// Merged over the server's own environment.
@@ -143,6 +145,7 @@ pub async fn run(
         .contain(spec.contain.clone())
         .plan(plan(&spec))
         .requests(requests)
+        .request_id(spec.request_id.clone())
         .events(EventSink::new(
             move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"),
         ));

@@ -9,13 +9,15 @@
 //! | `result`   | result text, `isError`, `structuredContent`                          |
 //! | `call`     | one call through [`reaper::run::Run`]: spawn, stream, timeout, cancel |
 //! | `progress` | `notifications/progress` that never hold a call up                  |
-//! | `server`   | the rmcp handler: tools/list, tools/call, tasks/*, concurrency slots |
+//! | `server`   | the rmcp handler: tools/list, tools/call, tasks/*, resources, slots   |
 //! | `tasks`    | calls run as tasks: ids, live status, cancel, results kept, bounded  |
+//! | `calls`    | the resource `reaper://calls`: the running calls, as `reaper ps`     |
 //! | `gate`     | back-pressure: stop reading stdin while too much is in flight        |
 //! | `py`       | the Python text forms the contract's messages use                    |
 
 pub mod argv;
 pub mod call;
+pub mod calls;
 pub mod gate;
 pub mod params;
 pub mod progress;

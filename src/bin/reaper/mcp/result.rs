@@ -21,6 +21,11 @@ pub enum Ending {
     Cancelled { returncode: Option<i64> },
     /// The server is shutting down (client gone, or reaper signalled).
     Shutdown { returncode: Option<i64> },
+    /// Another process ended the call: `reaper stop` (`killed: false`) or `reaper kill`.
+    EndedOutside {
+        killed: bool,
+        returncode: Option<i64>,
+    },
     /// codex could not be started: `failed to launch codex binary: … (check $CODEX_CMD)`.
     LaunchFailed(String),
     /// reaper could not contain the call (no cgroup, no pidfd…).
@@ -43,6 +48,10 @@ impl Ending {
             StopReason::Exited | StopReason::Error => Ending::Exited(returncode.unwrap_or(-1)),
             StopReason::Timeout => Ending::TimedOut { secs, returncode },
             StopReason::Cancel => Ending::Cancelled { returncode },
+            StopReason::Stopped | StopReason::Killed => Ending::EndedOutside {
+                killed: o.stop_reason == StopReason::Killed,
+                returncode,
+            },
             // A call's plan has no signal, parent or stdin of its own: the server's end is
             // the only other stop.
             StopReason::Shutdown
@@ -64,9 +73,9 @@ impl Ending {
             Ending::TimedOut { returncode, .. } | Ending::OutOfMemory { returncode, .. } => {
                 Some(*returncode)
             }
-            Ending::Cancelled { returncode } | Ending::Shutdown { returncode } => {
-                returncode.map(Some)
-            }
+            Ending::Cancelled { returncode }
+            | Ending::Shutdown { returncode }
+            | Ending::EndedOutside { returncode, .. } => returncode.map(Some),
             Ending::LaunchFailed(_) | Ending::NotContained(_) => None,
         }
     }
@@ -212,6 +221,12 @@ impl Report<'_> {
             Ending::TimedOut { secs, .. } => format!("timeout after {secs}s"),
             Ending::Cancelled { .. } => "cancelled by the client".into(),
             Ending::Shutdown { .. } => "reaper mcp is shutting down".into(),
+            Ending::EndedOutside { killed: false, .. } => {
+                "stopped from outside the server (`reaper stop`)".into()
+            }
+            Ending::EndedOutside { killed: true, .. } => {
+                "killed from outside the server (`reaper kill`)".into()
+            }
             Ending::OutOfMemory { limit, .. } => format!(
                 "killed: out of memory (limit {}): the call's processes used more memory than \
                  this server's --memory-max, and the kernel killed them all",

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams, CreateTaskResult,
-    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
+    GetTaskParams, GetTaskResult, Implementation, JsonObject, ListResourcesResult,
+    ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    ServerCapabilities, ServerConfig, Tool, UpdateTaskParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -80,6 +81,8 @@ struct Checked {
     params: Params,
     argv: Vec<String>,
     ignored: Vec<Ignored>,
+    /// What names the call to its client: the request's id, and the task's for a task.
+    request_id: String,
 }
 
 /// What a call came to.
@@ -146,7 +149,7 @@ impl CodexServer {
             .client_capabilities()
             .is_some_and(|c| c.supports_tasks());
         let weight = req.arguments.as_ref().map_or(0, gate::args_weight);
-        let call = match self.check(req).await {
+        let mut call = match self.check(req, ctx.id.to_string()).await {
             Ok(c) => c,
             Err(r) => return r.into(),
         };
@@ -155,6 +158,7 @@ impl CodexServer {
             match self.0.tasks.create(weight, cancel.clone()) {
                 Some(task) => {
                     tracing::info!(call = call.id, task = %task.id, "runs as a task");
+                    call.request_id = format!("{} (task {})", call.request_id, task.id);
                     let progress =
                         Progress::for_task(task.status.clone(), self.0.cfg.progress_interval);
                     self.spawn_task(task.id.clone(), call, cancel, progress);
@@ -193,7 +197,11 @@ impl CodexServer {
     }
 
     /// Checks a call's arguments and builds its argv: an `Err` is the call's whole answer.
-    async fn check(&self, req: CallToolRequestParams) -> Result<Checked, CallToolResult> {
+    async fn check(
+        &self,
+        req: CallToolRequestParams,
+        request_id: String,
+    ) -> Result<Checked, CallToolResult> {
         let cfg = &self.0.cfg;
         let Some(tool) = ToolKind::from_name(&req.name) else {
             return Err(error_result(&format!("unknown tool: {}", req.name)));
@@ -226,6 +234,7 @@ impl CodexServer {
             params,
             argv,
             ignored,
+            request_id,
         })
     }
 
@@ -245,6 +254,7 @@ impl CodexServer {
             params: p,
             argv,
             ignored,
+            request_id,
         } = call;
         inner.live.send_modify(|n| *n += 1);
         let _live = LiveCall(inner.live.clone());
@@ -338,6 +348,7 @@ impl CodexServer {
         );
         let spec = CallSpec {
             id,
+            request_id,
             argv: argv.clone(),
             prompt: p.prompt,
             env: p.env,
@@ -377,6 +388,7 @@ impl ServerHandler for CodexServer {
     fn get_info(&self) -> ServerConfig {
         let caps = ServerCapabilities::builder()
             .enable_tools()
+            .enable_resources()
             .enable_tasks()
             .build();
         let mut info = ServerConfig::new(caps);
@@ -390,6 +402,25 @@ impl ServerHandler for CodexServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(self.0.tools.clone()))
+    }
+
+    /// `reaper://calls` ([`super::calls`]).
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        Ok(ListResourcesResult::with_all_items(vec![
+            super::calls::resource(),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        super::calls::read(&request.uri).map(Into::into)
     }
 
     async fn call_tool(

@@ -1,0 +1,210 @@
+//! [`RunId`]: the name of one run, for good — the reaper process that owns it (its PID
+//! namespace, pid and start time) and the run's number in that process. The same text names
+//! the run's cgroup (`reaper-` + id), its record, and every process it starts
+//! ([`RUN_ID_ENV`]).
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde::{Deserialize, Serialize};
+
+use crate::containment::cgroup::place;
+use crate::Identity;
+
+/// The environment variable every process of a run inherits, holding the run's [`RunId`]:
+/// what tells a process that escaped (or outlived) its run apart from the rest of the host.
+pub const RUN_ID_ENV: &str = "REAPER_RUN_ID";
+
+/// The number of this process's next run (and run cgroup: the two share it).
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The next number for a run of this process.
+pub(crate) fn next_seq() -> u32 {
+    SEQ.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A run's name: `PIDNS-PID-START-N`, the N-th run of the reaper process with that pid and
+/// start time (clock ticks after boot) in the PID namespace with that inode. No other run on
+/// the machine, now or later in this boot, has it. [`RunId::short`] is the `PID-N` form
+/// `reaper ps` shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct RunId {
+    pidns: u64,
+    owner: Identity,
+    seq: u32,
+}
+
+impl RunId {
+    /// The run of this process numbered `seq`; `None` when this process cannot read its own
+    /// identity (`/proc/self/stat`, `/proc/self/ns/pid`).
+    pub(crate) fn this_process(seq: u32) -> Option<RunId> {
+        let me = place::me().ok()?;
+        Some(RunId {
+            pidns: me.pidns?,
+            owner: Identity {
+                pid: me.pid,
+                starttime: me.start,
+            },
+            seq,
+        })
+    }
+
+    /// The run whose cgroup has this name (`reaper-PIDNS-PID-START-N`), if it is one.
+    pub fn from_cgroup_name(name: &str) -> Option<RunId> {
+        name.strip_prefix(place::PREFIX)?.parse().ok()
+    }
+
+    /// The name of the run's cgroup, when it has one.
+    pub fn cgroup_name(&self) -> String {
+        format!("{}{self}", place::PREFIX)
+    }
+
+    /// The reaper process that owns the run: its pid and start time, in [`RunId::pidns`].
+    pub fn owner(&self) -> Identity {
+        self.owner
+    }
+
+    /// The inode of the owner's PID namespace (`stat -L -c %i /proc/PID/ns/pid`).
+    pub fn pidns(&self) -> u64 {
+        self.pidns
+    }
+
+    /// The run's number in its owner process.
+    pub fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// `PID-N`: unique among the runs alive at one time in one PID namespace, and what
+    /// `reaper ps` shows; [`RunId::matches`] accepts it.
+    pub fn short(&self) -> String {
+        format!("{}-{}", self.owner.pid, self.seq)
+    }
+
+    /// Whether `text` names this run: its full id, or its short form.
+    pub fn matches(&self, text: &str) -> bool {
+        text == self.to_string() || text == self.short()
+    }
+}
+
+impl fmt::Display for RunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let RunId { pidns, owner, seq } = self;
+        write!(f, "{pidns}-{}-{}-{seq}", owner.pid, owner.starttime)
+    }
+}
+
+/// A text that is not a [`RunId`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadRunId(pub String);
+
+impl fmt::Display for BadRunId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not a run id (PIDNS-PID-START-N, as REAPER_RUN_ID and `reaper ps --json` \
+             show it)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadRunId {}
+
+impl FromStr for RunId {
+    type Err = BadRunId;
+
+    fn from_str(s: &str) -> Result<RunId, BadRunId> {
+        let bad = || BadRunId(s.to_owned());
+        let mut f = s.split('-');
+        let mut field = || f.next().ok_or_else(bad);
+        let (pidns, pid, start, seq) = (field()?, field()?, field()?, field()?);
+        if f.next().is_some() {
+            return Err(bad());
+        }
+        // Digits only: `parse` would take a `+`, and the cgroup name must round-trip.
+        let digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if ![pidns, pid, start, seq].into_iter().all(digits) {
+            return Err(bad());
+        }
+        let id = RunId {
+            pidns: pidns.parse().map_err(|_| bad())?,
+            owner: Identity {
+                pid: pid.parse().map_err(|_| bad())?,
+                starttime: start.parse().map_err(|_| bad())?,
+            },
+            seq: seq.parse().map_err(|_| bad())?,
+        };
+        if id.owner.pid <= 0 || id.to_string() != s {
+            return Err(bad());
+        }
+        Ok(id)
+    }
+}
+
+impl TryFrom<String> for RunId {
+    type Error = BadRunId;
+    fn try_from(s: String) -> Result<RunId, BadRunId> {
+        s.parse()
+    }
+}
+
+impl From<RunId> for String {
+    fn from(id: RunId) -> String {
+        id.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_names_the_cgroup_as_place_does() {
+        let id: RunId = "4026531836-123-456-7".parse().unwrap();
+        assert_eq!(
+            id.owner(),
+            Identity {
+                pid: 123,
+                starttime: 456
+            }
+        );
+        assert_eq!((id.pidns(), id.seq()), (4026531836, 7));
+        assert_eq!(id.short(), "123-7");
+        assert!(id.matches("123-7") && id.matches("4026531836-123-456-7"));
+        assert!(!id.matches("123-70") && !id.matches("12-7"));
+        let owner = place::Owner {
+            pidns: Some(4026531836),
+            pid: 123,
+            start: 456,
+        };
+        assert_eq!(id.cgroup_name(), owner.name("7"));
+        assert_eq!(RunId::from_cgroup_name(&owner.name("7")), Some(id));
+        assert_eq!(
+            RunId::from_cgroup_name(&place::supervisor_name(owner)),
+            None
+        );
+        let json = serde_json::to_string(&id).unwrap();
+        assert_eq!(json, "\"4026531836-123-456-7\"");
+        assert_eq!(serde_json::from_str::<RunId>(&json).unwrap(), id);
+    }
+
+    #[test]
+    fn anything_else_is_refused() {
+        for bad in [
+            "",
+            "1-2-3",
+            "1-2-3-4-5",
+            "1-0-3-4",
+            "a-2-3-4",
+            "+1-2-3-4",
+            "01-2-3-4",
+            "1-2-3-",
+            "1--3-4",
+            "99999999999999999999999-2-3-4",
+        ] {
+            assert!(bad.parse::<RunId>().is_err(), "{bad}");
+        }
+    }
+}
