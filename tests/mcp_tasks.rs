@@ -451,3 +451,30 @@ async fn past_the_live_bound_a_call_runs_plain() {
     wait_over(&s, &t.task.task_id, Duration::from_secs(20)).await;
     assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
 }
+
+/// A call run as a task is listed in `reaper://calls` under its request's id and its task's.
+#[tokio::test]
+async fn a_running_task_is_listed_among_the_calls() {
+    use rmcp::model::{ReadResourceRequestParams, ResourceContents};
+    let s = start(Options::default()).await;
+    let task = create_task(&s, "codex", json!({"prompt": "thread L1\nchild\nhang"})).await;
+    let id = task.task.task_id;
+    s.wait_for_role("child").await;
+    let read = s
+        .client
+        .read_resource(ReadResourceRequestParams::new("reaper://calls"))
+        .await
+        .expect("resources/read succeeds");
+    let Some(ResourceContents::TextResourceContents { text, .. }) = read.contents.first() else {
+        panic!("not one text content: {read:?}");
+    };
+    let calls: Vec<Value> = serde_json::from_str(text).expect("a JSON array");
+    assert_eq!(calls.len(), 1, "{calls:#?}");
+    let named = calls[0]["record"]["request_id"].as_str().unwrap_or_default();
+    assert!(named.ends_with(&format!(" (task {id})")), "{named}");
+    assert_eq!(calls[0]["process_count"], 2, "{:#}", calls[0]);
+    cancel(&s, &id).await;
+    let over = wait_over(&s, &id, Duration::from_secs(10)).await;
+    assert_eq!(over.task.status(), TaskStatus::Cancelled);
+    assert_nothing_left(&s.recorded(), &server_cgroup(&s), SLACK).await;
+}
