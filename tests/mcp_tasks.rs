@@ -470,7 +470,9 @@ async fn a_running_task_is_listed_among_the_calls() {
     };
     let calls: Vec<Value> = serde_json::from_str(text).expect("a JSON array");
     assert_eq!(calls.len(), 1, "{calls:#?}");
-    let named = calls[0]["record"]["request_id"].as_str().unwrap_or_default();
+    let named = calls[0]["record"]["request_id"]
+        .as_str()
+        .unwrap_or_default();
     assert!(named.ends_with(&format!(" (task {id})")), "{named}");
     assert_eq!(calls[0]["process_count"], 2, "{:#}", calls[0]);
     cancel(&s, &id).await;

@@ -424,14 +424,21 @@ fn the_guardian_removes_the_record_of_its_killed_reaper() {
     }
     let parent = TestCgroup::new("ps-guardian");
     let tree = Tree::new();
-    let mut owner = start(&tree, "cgroup", Some(&parent.0), &[], &["setsid-grandchild"]);
+    let mut owner = start(
+        &tree,
+        "cgroup",
+        Some(&parent.0),
+        &[],
+        &["setsid-grandchild"],
+    );
     tree.wait_ready(Duration::from_secs(10));
     assert_eq!(runs_of(owner.id(), false).len(), 1, "listed while it runs");
     owner.kill().expect("SIGKILL the owner");
     owner.wait().expect("reap it");
     // The guardian removes the record after the cgroup, once the tree is dead.
     assert!(
-        common::wait_until(Duration::from_secs(10), || runs_of(owner.id(), false).is_empty()),
+        common::wait_until(Duration::from_secs(10), || runs_of(owner.id(), false)
+            .is_empty()),
         "the record outlived the guardian's takeover: {:?}",
         runs_of(owner.id(), false)
     );
