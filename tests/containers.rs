@@ -103,3 +103,24 @@ fn a_container_run_falls_back_with_one_line_and_stops_the_tree() {
     assert_eq!(stderr(&out), "", "-q says nothing");
     t.assert_all_dead("a quiet container's run");
 }
+
+/// A root without /dev/null (an empty container's): doctor's clone3 probe still answers, for
+/// what it is, instead of blaming clone3 for the missing device.
+#[test]
+fn doctor_without_dev_null_still_probes_clone3() {
+    if !have(Need::Root) || !have(Need::Cgroup) {
+        return;
+    }
+    let out = Command::new("unshare")
+        .args(["--mount", "--", "sh", "-c"])
+        .arg(r#"mount --make-rprivate / && mount -t tmpfs none /dev && [ ! -e /dev/null ] && exec "$@""#)
+        .arg("sh")
+        .arg(env!("CARGO_BIN_EXE_reaper"))
+        .args(["doctor", "--json"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run unshare");
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("doctor --json without /dev/null: {e}: {}", stderr(&out)));
+    assert_eq!(doc["clone_into_cgroup"], true, "{doc}");
+}

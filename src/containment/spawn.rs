@@ -108,19 +108,29 @@ fn probe(
 ) -> Result<Vec<u8>, ProbeError> {
     let other = ProbeError::Other;
     let io = |e: rustix::io::Errno| other(std::io::Error::from(e).to_string());
-    let null = rustix::fs::open(
+    // A root without /dev/null (an empty container) says nothing about clone3: the probe,
+    // which writes nothing to stderr, then shares doctor's.
+    let null = match rustix::fs::open(
         "/dev/null",
         rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC,
         rustix::fs::Mode::empty(),
-    )
-    .map_err(io)?;
+    ) {
+        Ok(fd) => Some(fd),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => {
+            return Err(other(format!(
+                "cannot open /dev/null: {}",
+                std::io::Error::from(e)
+            )))
+        }
+    };
     let (out_r, out_w) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).map_err(io)?;
     let spec = SpawnSpec {
         candidates: Vec::new(),
         argv: Vec::new(),
         envp: Vec::new(),
         cwd: None,
-        stdio: [None, Some(out_w.as_fd()), Some(null.as_fd())],
+        stdio: [None, Some(out_w.as_fd()), null.as_ref().map(|n| n.as_fd())],
         new_process_group: false,
         new_session: false,
         foreground_tty: None,
