@@ -55,9 +55,22 @@ REAPER_BENCH_RUSTC=$(rustc --version 2>/dev/null || echo "rustc unknown")
 REAPER_BENCH_DATE=$(date -u +%Y-%m-%dT%H:%MZ)
 export REAPER_BENCH_COMMIT REAPER_BENCH_RUSTC REAPER_BENCH_DATE
 
+# The full run also measures the start of the binary the release artifacts ship: the same
+# source, static (musl, ci/dist.sh's `dist` profile, whose build it shares). Skipped, with a
+# note, where the rustup target is missing.
+static=()
+if [ -z "$quick" ] && [ "$(uname -m)" = x86_64 ]; then
+  if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    cargo build --quiet --profile dist --target x86_64-unknown-linux-musl --bin reaper
+    static=(--static-reaper "$target/x86_64-unknown-linux-musl/dist/reaper")
+  else
+    echo "ci/bench.sh: no x86_64-unknown-linux-musl target (rustup target add it); no static rows" >&2
+  fi
+fi
+
 if [ -n "$quick" ]; then
   "$dir/reaper-bench" --quick --bin-dir "$dir"
 else
   mkdir -p docs
-  "$dir/reaper-bench" --bin-dir "$dir" --out docs/BENCHMARKS.md
+  "$dir/reaper-bench" --bin-dir "$dir" "${static[@]}" --out docs/BENCHMARKS.md
 fi

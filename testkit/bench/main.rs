@@ -1,17 +1,21 @@
 //! `reaper-bench`: what containment costs and how fast the tree dies, side by side in one run.
 //!
 //! ```text
-//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]
+//! reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--static-reaper PATH]
+//!              [--only spawn|mcp|observe]
 //! ```
 //!
 //! Prints a markdown report on stdout. With `--out FILE`, also puts it into FILE between the
 //! markers `<!-- bench:begin -->` and `<!-- bench:end -->` (the rest of FILE, hand-written notes,
 //! is kept; without the markers the whole file is the report). `--bin-dir` is where `reaper`,
 //! `reaper-fixture` and `fake-codex` are (default: next to this binary). `--alt-reaper` adds rows
-//! for another reaper build (a patch under test) beside the first, measured in the same rounds. `ci/bench.sh` builds
+//! for another reaper build (a patch under test) beside the first, measured in the same rounds.
+//! `--static-reaper` adds spawn rows (and goals) for the static musl build of the same source,
+//! what the release artifacts ship (`ci/dist.sh`), in the same rounds too. `ci/bench.sh` builds
 //! them in release mode and runs this; `--quick` is its smoke version for `ci/test.sh`.
 //! `--only spawn` runs the spawn cost alone (with `--alt-reaper`: a quick comparison of two
-//! builds); `--only observe`, `reaper ps` and `reaper audit` on a busy host.
+//! builds); `--only mcp`, `reaper mcp` (its per-call rows compare the two builds too);
+//! `--only observe`, `reaper ps` and `reaper audit` on a busy host.
 //!
 //! Every figure is a median over repetitions with its min–max; every ratio is taken between
 //! figures measured in the same round of the same run. Nothing is asserted: goals are reported.
@@ -37,6 +41,9 @@ use teardown::{Scenario, Stopper};
 /// Appended to the rows of the `--alt-reaper` build.
 pub const ALT: &str = " — alt build";
 
+/// Appended to the rows of the `--static-reaper` build.
+pub const STATIC: &str = " — static (musl) build";
+
 /// Paths and handles every part of the benchmark uses.
 pub struct Setup {
     pub reaper: PathBuf,
@@ -44,6 +51,8 @@ pub struct Setup {
     pub fake_codex: PathBuf,
     /// `--alt-reaper`: another build of reaper, benchmarked beside the first in the same run.
     pub alt_reaper: Option<PathBuf>,
+    /// `--static-reaper`: the static (musl) build of the same source, for the spawn rows.
+    pub static_reaper: Option<PathBuf>,
     pub timeout_bin: String,
     pub null: File,
     pub cgroup: Option<sys::CgroupHome>,
@@ -130,7 +139,7 @@ impl Plan {
 }
 
 fn usage(msg: &str) -> ! {
-    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--only spawn|observe]");
+    eprintln!("reaper-bench: {msg}\nusage: reaper-bench [--quick] [--out FILE] [--bin-dir DIR] [--alt-reaper PATH] [--static-reaper PATH] [--only spawn|mcp|observe]");
     std::process::exit(2)
 }
 
@@ -139,6 +148,7 @@ fn main() {
     let mut out: Option<PathBuf> = None;
     let mut bin_dir: Option<PathBuf> = None;
     let mut alt: Option<PathBuf> = None;
+    let mut static_reaper: Option<PathBuf> = None;
     let mut only: Option<&'static str> = None;
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -147,13 +157,21 @@ fn main() {
             Some("--only") => match args.next().as_deref().and_then(|a| a.to_str()) {
                 Some("observe") => only = Some("observe"),
                 Some("spawn") => only = Some("spawn"),
-                _ => usage("--only spawn|observe"),
+                Some("mcp") => only = Some("mcp"),
+                _ => usage("--only spawn|mcp|observe"),
             },
             Some("--out") => out = Some(args.next().unwrap_or_else(|| usage("--out FILE")).into()),
             Some("--alt-reaper") => {
                 alt = Some(
                     args.next()
                         .unwrap_or_else(|| usage("--alt-reaper PATH"))
+                        .into(),
+                )
+            }
+            Some("--static-reaper") => {
+                static_reaper = Some(
+                    args.next()
+                        .unwrap_or_else(|| usage("--static-reaper PATH"))
                         .into(),
                 )
             }
@@ -175,6 +193,7 @@ fn main() {
     let setup = match setup(&bin_dir) {
         Ok(s) => Setup {
             alt_reaper: alt,
+            static_reaper,
             ..s
         },
         Err(e) => {
@@ -192,6 +211,12 @@ fn main() {
             let mut r = String::new();
             let o = observe::bench(&setup, &plan.observe);
             observe_section(&mut r, &o, &plan.observe);
+            r
+        }
+        Some("mcp") => {
+            let mut r = String::new();
+            let m = mcp::bench(&setup, &plan.mcp);
+            mcp_section(&mut r, &m, &plan.mcp);
             r
         }
         Some(_) => {
@@ -236,6 +261,7 @@ fn setup(bin_dir: &Path) -> Result<Setup, String> {
         fixture: find("reaper-fixture")?,
         fake_codex: find("fake-codex")?,
         alt_reaper: None,
+        static_reaper: None,
         timeout_bin: timeout_bin.to_string_lossy().into_owned(),
         null: sys::dev_null().map_err(|e| format!("/dev/null: {e}"))?,
         cgroup: sys::CgroupHome::find(),
@@ -436,6 +462,16 @@ fn header(r: &mut String, s: &Setup, plan: &Plan, m: &Machine, t0: Instant) {
              the same rounds.\n",
             ALT.trim_start_matches([' ', '—']),
             alt.display()
+        );
+    }
+    if let Some(st) = &s.static_reaper {
+        let _ = writeln!(
+            r,
+            "Rows marked \"{}\" run `{}`: the same source built as the release artifacts \
+             are (`x86_64-unknown-linux-musl`, static: no dynamic loader, no shared library), \
+             in the same rounds.\n",
+            STATIC.trim_start_matches([' ', '—']),
+            st.display()
         );
     }
     let _ = writeln!(r, "| machine | |\n|---|---|");

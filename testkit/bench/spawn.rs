@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use crate::stats::Summary;
 use crate::sys::{self, BenchCgroup, Cmd, Join, Stdio};
-use crate::{Setup, ALT};
+use crate::{Setup, ALT, STATIC};
 
 /// One way of running `/bin/true`.
 struct Variant {
@@ -129,7 +129,18 @@ fn variants(s: &Setup) -> Vec<Variant> {
     if let Some(alt) = &s.alt_reaper {
         builds.push((alt.to_string_lossy().into_owned(), ALT));
     }
+    if let Some(st) = &s.static_reaper {
+        builds.push((st.to_string_lossy().into_owned(), STATIC));
+    }
     for (reaper, suffix) in &builds {
+        // The binary's own start and exit, nothing run: the share of every row below that no
+        // containment choice changes.
+        let io = stdio(s);
+        let version = Cmd::new(&[reaper.as_str(), "--version"]);
+        add(
+            &format!("`reaper --version` (the binary's start alone){suffix}"),
+            Box::new(move || run_plain(&version, Join::Nothing, &io)),
+        );
         for (name, flags) in [
             (
                 "`reaper run` cgroup backend",
@@ -166,6 +177,11 @@ fn variants(s: &Setup) -> Vec<Variant> {
             ("`reaper run` pgid backend", &["--containment", "pgid"][..]),
         ] {
             let clone3_off = flags.contains(&CLONE3_OFF);
+            // The static build's rows are its start's cost: the plain backends and the guardian's
+            // share; the mechanisms behind the other variants are the same code.
+            if *suffix == STATIC && (clone3_off || flags.contains(&"--memory-max")) {
+                continue;
+            }
             let mut argv = vec![reaper.as_str(), "run", "--quiet"];
             argv.extend(flags.iter().filter(|f| **f != CLONE3_OFF));
             argv.extend_from_slice(&["--", t]);

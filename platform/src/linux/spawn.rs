@@ -222,37 +222,58 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         cgroup: spec.cgroup.as_raw_fd() as u64,
         ..CloneArgs::default()
     };
-    // SAFETY: without CLONE_VM the child gets a copy of this address space, like fork(2) (std
-    // spawns through this same raw clone3). The child runs only `child_after_clone`, which
-    // makes system calls on data prepared above and never returns.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            &mut args as *mut CloneArgs,
-            std::mem::size_of::<CloneArgs>(),
-        )
-    };
-    if ret == 0 {
-        // SAFETY: in the child; see above.
+    let mut plan = Some(ChildPlan {
+        stdio: &stdio,
+        candidates: &candidates,
+        argv: &argv,
+        sh_argv: &mut sh_argv,
+        envp: &envp,
+        err_fd: err_write.as_raw_fd(),
+        parent,
+        parent_fd: parent_fd.as_ref().map(|f| f.as_raw_fd()),
+        maps_written: maps_written
+            .as_ref()
+            .map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
+        shared_memory: false,
+    });
+    // A sandboxed child waits for its maps, which this thread writes after the clone: it
+    // cannot be suspended until the child's exec. A self-check never execs.
+    let ret = if spec.sandbox.is_none() && spec.call.is_none() && vfork::AVAILABLE {
+        if let Some(p) = plan.as_mut() {
+            p.shared_memory = true;
+        }
+        let mut child = (spec, plan.take());
+        // SAFETY: `vfork::clone3` suspends this thread until the child has exec'd or exited;
+        // the child runs `vfork_child` on a stack of its own, which makes system calls only on
+        // `child` and the data it points to, all prepared above and alive until then.
         unsafe {
-            child_after_clone(
-                spec,
-                ChildPlan {
-                    stdio: &stdio,
-                    candidates: &candidates,
-                    argv: &argv,
-                    sh_argv: &mut sh_argv,
-                    envp: &envp,
-                    err_fd: err_write.as_raw_fd(),
-                    parent,
-                    parent_fd: parent_fd.as_ref().map(|f| f.as_raw_fd()),
-                    maps_written: maps_written
-                        .as_ref()
-                        .map(|(r, w)| (r.as_raw_fd(), w.as_raw_fd())),
-                },
+            vfork::clone3(
+                &mut args,
+                vfork_child,
+                (&mut child as *mut VforkChild).cast(),
             )
         }
-    }
+    } else {
+        // SAFETY: without CLONE_VM the child gets a copy of this address space, like fork(2)
+        // (std spawns through this same raw clone3). The child runs only `child_after_clone`,
+        // which makes system calls on data prepared above and never returns.
+        let ret = unsafe {
+            libc::syscall(
+                libc::SYS_clone3,
+                &mut args as *mut CloneArgs,
+                std::mem::size_of::<CloneArgs>(),
+            )
+        };
+        if ret == 0 {
+            if let Some(plan) = plan.take() {
+                // SAFETY: in the child; see above.
+                unsafe { child_after_clone(spec, plan) }
+            }
+            // SAFETY: unreachable (the plan was just made); ends the child all the same.
+            unsafe { libc::_exit(127) }
+        }
+        ret
+    };
     if ret < 0 {
         let e = std::io::Error::last_os_error();
         return Err(match e.raw_os_error() {
@@ -317,6 +338,158 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     }
 }
 
+/// What [`vfork_child`] gets: the spec and the child's plan, in the parent's memory.
+type VforkChild<'s, 'p> = (&'s SpawnSpec<'s>, Option<ChildPlan<'p>>);
+
+/// The child of a [`vfork::clone3`], on its own stack, in the parent's memory.
+extern "C" fn vfork_child(arg: *mut libc::c_void) -> ! {
+    // SAFETY: `arg` is the parent's `VforkChild`, alive while the parent is suspended (until
+    // this child execs or exits); only this child uses it meanwhile.
+    let (spec, plan) = unsafe { &mut *arg.cast::<VforkChild>() };
+    match plan.take() {
+        // SAFETY: the child of a clone3 right after the clone; `shared_memory` is set, so
+        // nothing here writes to the parent's memory but the plan's own `sh_argv` slot.
+        Some(plan) => unsafe { child_after_clone(spec, plan) },
+        // SAFETY: ends the child without running anything of the parent's.
+        None => unsafe { libc::_exit(127) },
+    }
+}
+
+/// `clone3` with `CLONE_VM | CLONE_VFORK` (what `posix_spawn` does): the child shares this
+/// address space, on a stack of its own, until its exec, so no page table is copied and neither
+/// process takes a copy-on-write fault after; the calling thread is suspended meanwhile. The
+/// raw system call cannot return into Rust in the child (it would return on a stack with no
+/// frame), so the child's first instructions are written here, per architecture: call the
+/// entry function on the new stack, which never returns.
+mod vfork {
+    use super::CloneArgs;
+
+    /// Whether this architecture has [`clone3`]; the caller forks instead where not.
+    pub const AVAILABLE: bool = cfg!(any(target_arch = "x86_64", target_arch = "aarch64"));
+
+    /// The child's stack: `child_after_clone` makes a few dozen system calls, no more.
+    const STACK: usize = 64 * 1024;
+
+    /// Runs `clone3(args)` with `CLONE_VM | CLONE_VFORK` and a stack of its own; the child
+    /// calls `entry(arg)`. Returns the child's pid, or -1 with errno set.
+    ///
+    /// # Safety
+    ///
+    /// `entry` must never return, and must only make system calls on data `arg` points to (or
+    /// exit): it runs in this process's memory, concurrently with any other thread of it,
+    /// while the calling thread is suspended until it exec's or exits.
+    pub unsafe fn clone3(
+        args: &mut CloneArgs,
+        entry: extern "C" fn(*mut libc::c_void) -> !,
+        arg: *mut libc::c_void,
+    ) -> libc::c_long {
+        let mut stack = vec![0u8; STACK];
+        // The ABI's alignment for the stack's top; the stack grows down from there.
+        let top = (stack.as_mut_ptr() as usize + STACK) & !15;
+        let base = stack.as_mut_ptr() as usize;
+        args.flags |= (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
+        args.stack = base as u64;
+        args.stack_size = (top - base) as u64;
+        // Every signal blocked around the clone: a handler of this process's must not run in
+        // the child, on memory both share (the child puts every handled signal back to its
+        // default before it lets signals through again).
+        // SAFETY: sigset_t is plain data, valid zeroed.
+        let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: plain data filled by sigfillset; the old mask is restored below.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        }
+        // SAFETY: the caller's contract; the stack lives until the clone returns in the
+        // parent, which is after the child has exec'd or exited (CLONE_VFORK).
+        let ret = unsafe { raw(args, entry, arg) };
+        // SAFETY: restores the mask saved above.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        }
+        drop(stack);
+        if ret < 0 {
+            // SAFETY: errno is this thread's; set again for the caller, as `syscall` would.
+            unsafe { *libc::__errno_location() = -ret as i32 };
+            return -1;
+        }
+        ret
+    }
+
+    /// The system call itself: returns the child's pid or `-errno`; in the child, calls
+    /// `entry(arg)` on the new stack.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn raw(
+        args: &mut CloneArgs,
+        entry: extern "C" fn(*mut libc::c_void) -> !,
+        arg: *mut libc::c_void,
+    ) -> libc::c_long {
+        let ret: libc::c_long;
+        // SAFETY: the kernel keeps every register but rax, rcx and r11 across `syscall`, in
+        // both processes; the child's rsp is the new stack's 16-byte aligned top, so `call`
+        // enters `entry` with the ABI's alignment. The child never comes back here.
+        unsafe {
+            std::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "mov rdi, r13",
+                "call r12",
+                "ud2",
+                "2:",
+                inlateout("rax") libc::SYS_clone3 => ret,
+                in("rdi") args as *mut CloneArgs,
+                in("rsi") std::mem::size_of::<CloneArgs>(),
+                in("r12") entry,
+                in("r13") arg,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    unsafe fn raw(
+        args: &mut CloneArgs,
+        entry: extern "C" fn(*mut libc::c_void) -> !,
+        arg: *mut libc::c_void,
+    ) -> libc::c_long {
+        let ret: libc::c_long;
+        // SAFETY: the kernel keeps every register but x0 across `svc`, in both processes; the
+        // child's sp is the new stack's 16-byte aligned top. The child never comes back here.
+        unsafe {
+            std::arch::asm!(
+                "svc #0",
+                "cbnz x0, 2f",
+                "mov x0, x10",
+                "blr x9",
+                "brk #1",
+                "2:",
+                inlateout("x0") args as *mut CloneArgs as libc::c_long => ret,
+                in("x1") std::mem::size_of::<CloneArgs>(),
+                in("x8") libc::SYS_clone3,
+                in("x9") entry,
+                in("x10") arg,
+                lateout("x30") _,
+                options(nostack),
+            );
+        }
+        ret
+    }
+
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    unsafe fn raw(
+        _: &mut CloneArgs,
+        _: extern "C" fn(*mut libc::c_void) -> !,
+        _: *mut libc::c_void,
+    ) -> libc::c_long {
+        -(libc::ENOSYS as libc::c_long)
+    }
+}
+
 /// SIGKILL (harmless if it is already exiting) and wait for it, through its pidfd: a child
 /// this spawn gives up on is gone when the spawn returns.
 pub fn kill_and_reap(child: &Pidfd) {
@@ -354,6 +527,9 @@ struct ChildPlan<'a> {
     parent_fd: Option<RawFd>,
     /// The sandbox's pipe (read end, write end): one byte once the maps are written.
     maps_written: Option<(RawFd, RawFd)>,
+    /// The child runs in the parent's memory ([`vfork::clone3`]): every handler of the
+    /// parent's goes back to its default before signals are let through.
+    shared_memory: bool,
 }
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
@@ -378,6 +554,7 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         parent,
         parent_fd,
         maps_written,
+        shared_memory,
     } = plan;
     let fail_step = |errno: i32, step: u32| -> ! {
         let e = errno.to_ne_bytes();
@@ -480,6 +657,20 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         }
         if let Some(f) = spec.call {
             libc::_exit(f());
+        }
+        if shared_memory {
+            // A handler of the parent's would run here on the parent's memory (a signal
+            // meant for this child taken for reaper's): back to the default while every
+            // signal is still blocked. The exec resets handlers anyway.
+            for sig in 1..=libc::SIGRTMAX() {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut sa) == 0
+                    && sa.sa_sigaction != libc::SIG_DFL
+                    && sa.sa_sigaction != libc::SIG_IGN
+                {
+                    libc::signal(sig, libc::SIG_DFL);
+                }
+            }
         }
         // Rust ignores SIGPIPE and tokio's signal handling may leave signals blocked; an
         // ignored signal and the mask survive exec, so reset both like std does.
