@@ -383,10 +383,33 @@ mod vfork {
         entry: extern "C" fn(*mut libc::c_void) -> !,
         arg: *mut libc::c_void,
     ) -> libc::c_long {
-        let mut stack = vec![0u8; STACK];
+        // The stack is mapped with a guard page below it: an overflow faults in the child
+        // (a failed spawn) instead of writing over this process's memory.
+        let page = rustix::param::page_size();
+        let len = STACK + page;
+        // SAFETY: a fresh anonymous mapping, owned here and unmapped below.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            return -1;
+        }
+        // SAFETY: the lowest page of the mapping just made.
+        if unsafe { libc::mprotect(map, page, libc::PROT_NONE) } != 0 {
+            // SAFETY: the mapping made above, not used.
+            unsafe { libc::munmap(map, len) };
+            return -1;
+        }
+        let base = map as usize + page;
         // The ABI's alignment for the stack's top; the stack grows down from there.
-        let top = (stack.as_mut_ptr() as usize + STACK) & !15;
-        let base = stack.as_mut_ptr() as usize;
+        let top = (map as usize + len) & !15;
         args.flags |= (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
         args.stack = base as u64;
         args.stack_size = (top - base) as u64;
@@ -408,7 +431,8 @@ mod vfork {
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
-        drop(stack);
+        // SAFETY: the mapping made above; the child is done with it (CLONE_VFORK).
+        unsafe { libc::munmap(map, len) };
         if ret < 0 {
             // SAFETY: errno is this thread's; set again for the caller, as `syscall` would.
             unsafe { *libc::__errno_location() = -ret as i32 };
