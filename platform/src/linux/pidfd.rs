@@ -95,19 +95,6 @@ impl Pidfd {
         };
         !matches!(poll(&mut polled, Some(&now)), Ok(0))
     }
-
-    /// Whether every one of the processes has exited: one non-blocking poll(2) on all their
-    /// pidfds. An error (EINTR, ENOMEM) also answers `true`: it only means "look again".
-    pub fn all_exited(fds: &[Pidfd]) -> bool {
-        use rustix::event::{poll, PollFd, PollFlags};
-        let mut polled: Vec<PollFd<'_>> =
-            fds.iter().map(|f| PollFd::new(f, PollFlags::IN)).collect();
-        let now = rustix::time::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        !matches!(poll(&mut polled, Some(&now)), Ok(n) if n < fds.len())
-    }
 }
 
 impl AsFd for Pidfd {

@@ -96,11 +96,6 @@ impl Handle {
     pub fn any_exited(handles: &[Handle]) -> bool {
         handles.iter().any(Handle::has_exited)
     }
-
-    /// Whether every one of the processes has exited: one `proc_pidinfo` per process.
-    pub fn all_exited(handles: &[Handle]) -> bool {
-        handles.iter().all(Handle::has_exited)
-    }
 }
 
 /// A kqueue with `EVFILT_PROC`/`NOTE_EXIT` registered for `pid` (kevent(2)): it polls readable

@@ -372,9 +372,8 @@ impl Backend for PgidBackend {
     }
 
     /// Reading the whole table costs about a millisecond per hundred processes, so between two
-    /// looks only the members' pidfds are watched: the table is read again once every one of
-    /// them has exited (only then can a look find nobody; after a kill, looking at each exit
-    /// read the table once per few deaths), or after a poll interval (a member may have forked).
+    /// looks only the members' pidfds are watched: the table is read again as soon as one of
+    /// them exits, or after a poll interval (a member may have forked).
     async fn wait_empty(&mut self, deadline: Instant) -> bool {
         loop {
             // Orphans adopted by reaper (Linux) die as reaper's children: reap them.
@@ -392,7 +391,7 @@ impl Backend for PgidBackend {
                 .collect();
             let next_look = deadline.min(Instant::now() + self.schedule.slow());
             while fds.len() == members.len()
-                && !Handle::all_exited(&fds)
+                && !Handle::any_exited(&fds)
                 && Instant::now() < next_look
             {
                 tokio::time::sleep_until(next_look.min(Instant::now() + LOOK_AGAIN)).await;
