@@ -107,21 +107,6 @@ pub fn unregister_leader(pid: Pid) {
     leaders().remove(&pid.as_raw_nonzero().get());
 }
 
-/// Sends `sig` to the process group `leader` created (`setpgid(0, 0)` or `setsid()` before it
-/// ran any code of its own), if `leader` is registered and not reaped yet: until it is reaped its
-/// pid cannot be reused, so no other process can have made a group of that number. Holds the
-/// reaping lock meanwhile, so no other thread reaps it in between. `Ok(false)`: not sent (the
-/// leader is reaped or not registered, or the group has no member left).
-pub fn signal_leader_group(leader: Pid, sig: crate::Signal) -> std::io::Result<bool> {
-    let table = leaders();
-    if !matches!(table.get(&leader.as_raw_nonzero().get()), Some(None)) {
-        return Ok(false);
-    }
-    let sent = crate::signal::to_process_group(leader, sig)?;
-    drop(table);
-    Ok(sent == crate::signal::Delivery::Sent)
-}
-
 /// Reaps the leader if it has exited: `Some(status)` once it has, `None` while it runs.
 /// Idempotent: after the first `Some`, every call returns the same status.
 pub fn try_reap_leader(leader: &Handle) -> std::io::Result<Option<ExitStatus>> {

@@ -22,8 +22,6 @@ pub struct SubreaperBackend {
     self_pid: i32,
     /// Subtrees that are not the run's (reaper's guardian), by `(pid, starttime)`.
     exclude: Vec<Identity>,
-    /// The run's leader, whose process group is killed first.
-    leader: Option<reaper_platform::Pid>,
     sigchld: Option<SignalStream>,
 }
 
@@ -33,7 +31,6 @@ impl SubreaperBackend {
         Ok(Self {
             self_pid: rustix::process::getpid().as_raw_nonzero().get(),
             exclude: Vec::new(),
-            leader: None,
             sigchld: unix_signal(SignalKind::child()).ok(),
         })
     }
@@ -95,10 +92,6 @@ impl Backend for SubreaperBackend {
 
     fn prepare(&self, _cmd: &mut Command) {}
 
-    fn spawned(&mut self, leader: reaper_platform::Pid) {
-        self.leader = Some(leader);
-    }
-
     fn members(&self) -> Vec<Process> {
         procfs::descendants(self.self_pid, &self.exclude)
             .into_iter()
@@ -120,13 +113,6 @@ impl Backend for SubreaperBackend {
     /// (a killed process cannot fork, and its orphans come back to reaper, so the set
     /// converges).
     fn kill_all(&self) -> Vec<Process> {
-        // The leader's group at once: a fork storm that stays in it (most do) stops growing
-        // before the walk begins.
-        if let Some(l) = self.leader {
-            if let Err(e) = reap::signal_leader_group(l, Signal::KILL) {
-                tracing::debug!("SIGKILL to the leader's process group: {e}");
-            }
-        }
         let killed = super::sigstop::kill_subtree(self.self_pid, &self.exclude);
         reap::reap_orphans();
         killed
