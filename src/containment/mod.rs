@@ -6,7 +6,7 @@
 //! |-------------|------------------------------------------------|-----------------------------------|
 //! | `cgroup`    | the kernel: the run's own cgroup v2, plus the  | `cgroup.kill` (atomic vs fork);   |
 //! |             | descendants that left it (escapees)            | escapees: SIGSTOP sweep, SIGKILL  |
-//! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGSTOP all seen, SIGKILL, repeat |
+//! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGKILL each as found, repeat     |
 //! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
 //! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
 //!

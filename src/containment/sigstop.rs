@@ -1,7 +1,8 @@
-//! The SIGSTOP sweep every backend ends a run's stragglers with: SIGSTOP every process a look
+//! The SIGSTOP sweep the backends end a run's stragglers with: SIGSTOP every process a look
 //! finds, look again until a look finds nobody new (a stopped process cannot fork, so the set
 //! converges), then SIGKILL them all through the handles the STOP went through, so a pid reused
-//! meanwhile is never signalled.
+//! meanwhile is never signalled. The subreaper backend, whose orphans all come back to reaper,
+//! kills as it walks instead ([`kill_subtree`]).
 
 use std::collections::HashSet;
 
@@ -42,80 +43,88 @@ pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Process>) -> Stopped {
     Stopped(held)
 }
 
-/// The sweep of a whole subtree of reaper's, reading each process once: a process is stopped
-/// before its children are listed, and once SIGSTOP is pending `copy_process` fails (with
-/// ERESTARTNOINTR, on every thread of the target) unless the child is already on its parent's
-/// list, so that list is final. What a listing can still miss, and is looked for:
-/// - a sibling made with `CLONE_PARENT` by a child not yet stopped: each parent's list is read
-///   again after its children were stopped, until a read finds nobody new;
-/// - an orphan: a process that exits before it is stopped (or is killed by someone else) hands
-///   its children to reaper, the subreaper, so reaper's own children are looked at again after
-///   the walk, until a look finds nobody new.
+/// The SIGKILL sweep of a whole subtree of reaper's (the subreaper backend, whose orphans all
+/// come back to reaper), reading each process once and killing it as it is found: the tree
+/// starts dying during the walk instead of after it, and each process is signalled once, not
+/// stopped and then killed. A process is killed before its children are listed, and once
+/// SIGKILL is pending `copy_process` fails (on every thread of the target) unless the child is
+/// already on its parent's list, so that list is final until the process exits; then its
+/// children move to reaper, the subreaper. What a listing can still miss, and is looked for:
+/// - a sibling made with `CLONE_PARENT` by a child not yet killed: each parent's list is read
+///   again after its children were killed, until a read finds nobody new;
+/// - an orphan: the children of a process that exited before (or while) its list was read are
+///   reaper's, so reaper's own children are looked at again after the walk, until a look finds
+///   nobody new.
 ///
-/// `exclude` prunes the subtree of each process it names (reaper's guardian); zombies are left
-/// out (their children were reparented when they exited). The same result as [`stop`] with a
-/// full walk as its look, which lists every process at least twice (to find it, then to confirm
-/// nothing new appeared) and reads each `stat` three times (two walks, [`Handle::open_checked`]).
+/// Nothing reaper does not own is signalled: a pid is taken only from the children list of a
+/// process of the tree (killed, so it forks no more) or of reaper, which reaps nothing during
+/// the walk; the pidfd is opened first, then `stat` must show a live process whose parent is
+/// that process or reaper. A pid freed and reused in between (the killed parent reaping a
+/// zombie child in the moment before it dies) names a process with another parent, which is
+/// left alone. `exclude` prunes the subtree of each process it names (reaper's guardian).
+/// Returns the processes killed.
 #[cfg(target_os = "linux")]
-pub(crate) fn stop_subtree(root: i32, exclude: &[Identity]) -> Stopped {
+pub(crate) fn kill_subtree(root: i32, exclude: &[Identity]) -> Vec<Process> {
     use reaper_platform::linux::procfs;
-    let mut seen: HashSet<Identity> = HashSet::new();
-    let mut held: Vec<(Process, Handle)> = Vec::new();
-    let mut stopped_pids: HashSet<i32> = HashSet::new();
-    // Stops each new process of `pids`; returns the ones it stopped.
-    let mut stop_new = |pids: Vec<i32>| -> Vec<i32> {
-        let mut stopped = Vec::new();
+    let mut killed: Vec<Process> = Vec::new();
+    let mut killed_pids: HashSet<i32> = HashSet::new();
+    // Kills each new process of `pids`, children of `parent`; returns the ones it killed.
+    let mut kill_new = |parent: i32, pids: Vec<i32>| -> Vec<i32> {
+        let mut fresh = Vec::new();
         for pid in pids {
-            // Stopped by this sweep, so alive: its parent is stopped too (or is reaper, which
-            // reaps nothing meanwhile), so nothing can have reaped it and reused its pid.
-            if stopped_pids.contains(&pid) {
+            // Killed by this sweep: its pid stays its own until reaper reaps it, after the walk
+            // (or its killed parent, in the moment before it dies: a process of the tree
+            // handed that pid before the walk ends, which needs the pid counter to wrap, is
+            // missed here and found by the run layer's next sweep).
+            if killed_pids.contains(&pid) {
                 continue;
             }
             let Some(p) = reaper_platform::Pid::from_raw(pid) else {
                 continue;
             };
             // The pidfd first, then `stat`: if the pid was reused in between, the pidfd names
-            // the process that has exited, and the STOP below fails on it.
+            // the process that has exited, and the KILL below fails on it.
             let Ok(fd) = Handle::open(p) else {
                 continue;
             };
             let Ok(st) = procfs::stat(pid) else {
                 continue;
             };
-            let id = st.identity();
-            if st.is_dead() || exclude.contains(&id) || seen.contains(&id) {
+            if st.is_dead()
+                || (st.ppid != parent && st.ppid != root)
+                || exclude.contains(&st.identity())
+            {
                 continue;
             }
             if matches!(
-                signal::to_handle(&fd, Signal::STOP),
+                signal::to_handle(&fd, Signal::KILL),
                 Ok(signal::Delivery::Sent)
             ) {
-                seen.insert(id);
-                stopped_pids.insert(pid);
-                stopped.push(pid);
-                held.push((Process::from(st), fd));
+                killed_pids.insert(pid);
+                fresh.push(pid);
+                killed.push(Process::from(st));
             }
         }
-        stopped
+        fresh
     };
     let mut parents = vec![root];
     for _ in 0..MAX_STOP_ROUNDS {
         while let Some(parent) = parents.pop() {
             for _ in 0..MAX_STOP_ROUNDS {
-                let found = stop_new(procfs::children(parent));
+                let found = kill_new(parent, procfs::children(parent));
                 if found.is_empty() {
                     break;
                 }
                 parents.extend(found);
             }
         }
-        let orphans = stop_new(procfs::children(root));
+        let orphans = kill_new(root, procfs::children(root));
         if orphans.is_empty() {
             break;
         }
         parents.extend(orphans);
     }
-    Stopped(held)
+    killed
 }
 
 impl Stopped {

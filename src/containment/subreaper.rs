@@ -4,7 +4,7 @@
 //! `/proc/PID/task/*/children` finds it.
 //!
 //! Does not contain: a descendant that was reparented *above* reaper before reaper became a
-//! subreaper (impossible for a run's tree), and the window of a fork racing the SIGSTOP sweep is
+//! subreaper (impossible for a run's tree), and the window of a fork racing the SIGKILL sweep is
 //! closed by repeating the sweep until no new process appears. With several runs in one reaper
 //! process (the MCP server), an orphan cannot be told apart from another run's: this backend
 //! contains reaper's whole subtree as one.
@@ -46,11 +46,28 @@ impl SubreaperBackend {
     /// `!members().is_empty()` at the cost of reaper's children alone, not of the whole tree.
     /// Every descendant has a chain of live parents up to reaper (a zombie has no children: they
     /// were reparented to reaper when it exited), so the tree is empty exactly when no live
-    /// direct child is left that is not excluded.
+    /// direct child is left that is not excluded. A child seen dead may have died after the
+    /// list was read, its children moving to reaper meanwhile (the kernel reparents them before
+    /// the parent turns zombie), so the list is read again until a read shows nobody new.
     fn has_live_child(&self) -> bool {
-        procfs::children(self.self_pid).into_iter().any(|c| {
-            procfs::stat(c).is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
-        })
+        let mut seen = std::collections::HashSet::new();
+        loop {
+            let mut new = false;
+            for c in procfs::children(self.self_pid) {
+                if !seen.insert(c) {
+                    continue;
+                }
+                new = true;
+                if procfs::stat(c)
+                    .is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
+                {
+                    return true;
+                }
+            }
+            if !new {
+                return false;
+            }
+        }
     }
 }
 
@@ -92,10 +109,11 @@ impl Backend for SubreaperBackend {
         super::signal_each(self.members(), sig)
     }
 
-    /// SIGSTOP every process seen, look again until a sweep finds nobody new (a stopped process
-    /// cannot fork, so the set converges), then SIGKILL them all through the same pidfds.
+    /// SIGKILL every process as the walk finds it, look again until a sweep finds nobody new
+    /// (a killed process cannot fork, and its orphans come back to reaper, so the set
+    /// converges).
     fn kill_all(&self) -> Vec<Process> {
-        let killed = super::sigstop::stop_subtree(self.self_pid, &self.exclude).kill();
+        let killed = super::sigstop::kill_subtree(self.self_pid, &self.exclude);
         reap::reap_orphans();
         killed
     }

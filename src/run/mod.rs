@@ -11,18 +11,20 @@
 //! caller's [`crate::supervise::Plan`] and requests; the stop sequence (`stop`) executes the
 //! Stopping state; `finish` the last.
 //!
-//! | module   | concern                                                              |
-//! |----------|----------------------------------------------------------------------|
-//! | `start`  | [`Run::start`]: containment, spawn, pidfd, the terminal handed over  |
-//! | `spawn`  | the leader's spawn into containment (clone3, or a join before exec)  |
-//! | `leader` | the leader: pidfd wait, reaping, job control and the terminal        |
-//! | `stop`   | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
-//! | `finish` | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
-//! | `dropped`| a run dropped before its end: cleanup threads, the exit hook         |
+//! | module     | concern                                                              |
+//! |------------|----------------------------------------------------------------------|
+//! | `start`    | [`Run::start`]: containment, spawn, pidfd, the terminal handed over  |
+//! | `spawn`    | the leader's spawn into containment (clone3, or a join before exec)  |
+//! | `leader`   | the leader: pidfd wait, reaping, job control and the terminal        |
+//! | `stop`     | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
+//! | `priority` | reaper's own scheduling: raised for the run, real time to kill       |
+//! | `finish`   | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
+//! | `dropped`  | a run dropped before its end: cleanup threads, the exit hook         |
 
 mod dropped;
 mod finish;
 mod leader;
+mod priority;
 pub(crate) mod spawn;
 mod start;
 mod stop;

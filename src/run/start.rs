@@ -44,6 +44,8 @@ impl Run {
         // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
+        // Before the leader is forked: nothing forked inherits the raise.
+        super::priority::at_start();
         let reaping = reap::hold();
         // Every process of the run inherits its id (unless it clears its environment).
         #[cfg(target_os = "linux")]

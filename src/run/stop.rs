@@ -167,11 +167,20 @@ impl Run {
         } else {
             KILL_ROUND
         };
+        let mut first_sweep = true;
         loop {
-            if self.backend.is_empty() {
+            // The first sweep is not preceded by a look of its own: it finds the tree as well,
+            // and meanwhile a fork storm grows (a pgid look reads the whole process table).
+            if !first_sweep && self.backend.is_empty() {
                 break;
             }
-            let killed = self.backend.kill_all();
+            let killed = {
+                let _real_time = super::priority::KillPass::begin();
+                self.backend.kill_all()
+            };
+            if std::mem::take(&mut first_sweep) && killed.is_empty() && self.backend.is_empty() {
+                break;
+            }
             self.record(&killed);
             let via = self.backend.kill_label();
             self.sink.emit(Event::Signalled {

@@ -10,6 +10,7 @@ pub mod pidfd;
 pub mod procfs;
 pub mod proctable;
 pub mod sandbox;
+pub mod sched;
 pub mod seccomp;
 pub mod spawn;
 pub mod subreaper;

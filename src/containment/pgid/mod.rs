@@ -60,6 +60,8 @@ fn census() -> (usize, usize) {
 
 pub struct PgidBackend {
     shared: Arc<Mutex<Shared>>,
+    /// The remembered groups as of the last look, readable while a look is in progress.
+    groups: Arc<Mutex<Vec<i32>>>,
     schedule: Schedule,
     poller: Option<tokio::task::JoinHandle<()>>,
     /// Counted in `LIVE_BACKENDS` (from `new` until `release` or drop).
@@ -73,6 +75,8 @@ struct Shared {
     self_pid: i32,
     /// The members of the last look that could read the table.
     last: Vec<ProcStat>,
+    /// The tracker's groups, copied after each look (the backend's `groups`).
+    groups: Arc<Mutex<Vec<i32>>>,
     warned: bool,
 }
 
@@ -82,11 +86,13 @@ impl PgidBackend {
         let table = process::table()?;
         let own_pgid = process::own_process_group();
         let own_sid = process::session_of(None)?;
+        let groups = Arc::new(Mutex::new(Vec::new()));
         let mut shared = Shared {
             table,
             tracker: Tracker::new(own_pgid, own_sid),
             self_pid: rustix::process::getpid().as_raw_nonzero().get(),
             last: Vec::new(),
+            groups: groups.clone(),
             warned: false,
         };
         // Fail now, with the reason, rather than at the first look of a running tree.
@@ -96,6 +102,7 @@ impl PgidBackend {
         BACKENDS_MADE.fetch_add(1, Ordering::SeqCst);
         Ok(Self {
             shared: Arc::new(Mutex::new(shared)),
+            groups,
             schedule,
             poller: None,
             counted: true,
@@ -123,6 +130,12 @@ impl Shared {
     /// (on macOS `ps` cannot even be started when a fork storm has used up the process limit),
     /// the last members stand: "nobody left" would end the run with the storm still running.
     fn look(&mut self) -> (Vec<ProcStat>, usize) {
+        let found = self.look_once();
+        *lock(&self.groups) = self.tracker.groups();
+        found
+    }
+
+    fn look_once(&mut self) -> (Vec<ProcStat>, usize) {
         if self.look_without_the_table() {
             self.last.clear();
             return (Vec::new(), 0);
@@ -220,7 +233,7 @@ impl Shared {
     }
 }
 
-fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+fn lock<T>(shared: &Mutex<T>) -> MutexGuard<'_, T> {
     // A panic during a look leaves valid (if one look stale) bookkeeping behind.
     shared.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -294,6 +307,7 @@ impl Backend for PgidBackend {
         {
             let mut s = lock(&self.shared);
             s.tracker.set_leader(pid, pid);
+            *lock(&s.groups) = s.tracker.groups();
             // The leader is our unreaped child, so its pid is its until we reap it: take its
             // start time now, from its own entry. A whole look would block the runtime thread
             // for as long as the table takes to read (tens of ms beside a fork storm), and the
@@ -328,6 +342,11 @@ impl Backend for PgidBackend {
     /// SIGSTOP the remembered groups and every member, look again until a look finds nobody
     /// new, then SIGKILL the groups and the members.
     fn kill_all(&self) -> Vec<Process> {
+        // The groups first, without waiting for a look in progress (the poller's, which a fork
+        // storm makes long, while the storm grows): a stopped group forks no more.
+        for g in lock(&self.groups).clone() {
+            signal_group(g, Signal::STOP);
+        }
         let mut s = lock(&self.shared);
         let stopped = super::sigstop::stop(|round| {
             // The first round starts from the last look's members (the stop sequence looked
