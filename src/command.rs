@@ -243,6 +243,13 @@ impl Command {
         self
     }
 
+    /// Raises the thread that starts the run above the tree where permitted
+    /// ([`ContainOptions::raise_priority`]).
+    pub fn raise_priority(&mut self, yes: bool) -> &mut Self {
+        self.options.raise_priority(yes);
+        self
+    }
+
     /// Stops the whole tree after `timeout` from the spawn ([`crate::StopReason::Timeout`]).
     pub fn timeout(&mut self, timeout: Duration) -> &mut Self {
         self.plan.timeout = Some(timeout);

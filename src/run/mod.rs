@@ -63,6 +63,8 @@ pub(crate) struct Run {
     guardian: Option<Arc<Guardian>>,
     /// The limits set on the run cgroup.
     limits: crate::Limits,
+    /// Whether the kill pass runs real time ([`crate::ContainOptions::raise_priority`]).
+    raise_priority: bool,
     /// The run's record and control socket (see [`crate::runs`]).
     #[cfg(target_os = "linux")]
     registration: Option<crate::runs::registration::Registration>,

@@ -45,7 +45,9 @@ impl Run {
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
         // Before the leader is forked: nothing forked inherits the raise.
-        super::priority::at_start();
+        if opts.raise_priority {
+            super::priority::at_start();
+        }
         let reaping = reap::hold();
         // Every process of the run inherits its id (unless it clears its environment).
         #[cfg(target_os = "linux")]
@@ -133,6 +135,7 @@ impl Run {
             warning,
             guardian,
             limits: opts.limits,
+            raise_priority: opts.raise_priority,
             #[cfg(target_os = "linux")]
             registration,
         };

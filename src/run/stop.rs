@@ -175,7 +175,7 @@ impl Run {
                 break;
             }
             let killed = {
-                let _real_time = super::priority::KillPass::begin();
+                let _real_time = self.raise_priority.then(super::priority::KillPass::begin);
                 self.backend.kill_all()
             };
             if std::mem::take(&mut first_sweep) && killed.is_empty() && self.backend.is_empty() {

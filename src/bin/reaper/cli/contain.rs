@@ -162,7 +162,9 @@ impl ContainArgs {
             .poll(self.poll)
             .delegation(self.delegate.into())
             .limits(self.limits.limits())
-            .sandbox(self.sandbox.map(Into::into));
+            .sandbox(self.sandbox.map(Into::into))
+            // reaper's own thread: a stop must not wait for a CPU behind the tree.
+            .raise_priority(true);
         if let Some(p) = &self.cgroup_parent {
             o.cgroup_parent(p);
         }
