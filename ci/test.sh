@@ -62,6 +62,20 @@ skips=$(mktemp)
 trap 'rm -f "$skips"' EXIT
 export REAPER_TEST_SKIPS=$skips
 
+# The packages' release builds (two targets from scratch, ~6 min of both cores) run beside the
+# tests, which mostly wait (for grace periods, timeouts, clients): contained by the reaper just
+# built, so that a failing step ends the build's whole tree with this script.
+read -r -a dist_arches <<<"${REAPER_DIST_ARCHES:-amd64 arm64}"
+dist_log=$(mktemp)
+# A copy: the tests' build may link a new target/debug/reaper meanwhile.
+ci_reaper=${CARGO_TARGET_DIR:-target}/ci-reaper
+install -m 755 "${CARGO_TARGET_DIR:-target}/debug/reaper" "$ci_reaper"
+"$ci_reaper" run -q --grace 1s -- ci/dist.sh "${dist_arches[@]}" >"$dist_log" 2>&1 &
+dist_pid=$!
+# Only while it is this script's unreaped child: its pid cannot have been reused.
+trap '[ -z "$dist_pid" ] || { kill "$dist_pid"; wait "$dist_pid"; } 2>/dev/null; rm -f "$skips" "$dist_log"' EXIT
+echo "ci/dist.sh ${dist_arches[*]} started beside the tests (reaper pid $dist_pid)"
+
 step "cargo test"
 cargo test --workspace
 if [ -s "$skips" ]; then
@@ -87,11 +101,16 @@ step "interop tests with real MCP clients"
 ci/interop.sh
 
 step "packaging: static binaries, wheels, npm packages (ci/dist.sh), installed and driven by MCP clients (ci/dist-test.sh)"
-# Each target is a release build from scratch in a fresh clone (~4.5 min on two busy cores);
 # REAPER_DIST_ARCHES=amd64 leaves out arm64 (and says so).
-read -r -a dist_arches <<<"${REAPER_DIST_ARCHES:-amd64 arm64}"
 case " ${dist_arches[*]} " in *" arm64 "*) ;; *) echo "skipped: the arm64 build (REAPER_DIST_ARCHES=${dist_arches[*]})" ;; esac
-ci/dist.sh "${dist_arches[@]}"
+dist=0
+wait "$dist_pid" || dist=$?
+dist_pid=
+cat "$dist_log"
+if [ "$dist" != 0 ]; then
+  echo "ci/dist.sh failed (exit $dist)"
+  exit "$dist"
+fi
 ci/dist-test.sh
 
 step "VM lane: systemd, pure cgroup v2, a normal user, podman, in QEMU (ci/vm)"
