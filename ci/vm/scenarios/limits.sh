@@ -61,12 +61,15 @@ for l in open(sys.argv[1]):
     [ -n "$cg" ] && break
     sleep 0.05
   done
+  # Members counted from cgroup.procs, not pids.current: the kernel charges a fork before it
+  # checks pids.max and takes the charge back when over it, so under a storm at the limit the
+  # counter reads 51 or more for an instant while no 51st process exists.
   while kill -0 "$bg" 2>/dev/null; do
-    n=$(cat "$cg/pids.current" 2>/dev/null) && [ "$n" -gt "$max" ] && max=$n
+    n=$(wc -l <"$cg/cgroup.procs" 2>/dev/null) && [ "$n" -gt "$max" ] && max=$n
     sleep 0.05
   done
   wait "$bg"; st=$?
-  cat "$ev" "$r"; printf '(exit %s; most processes seen in pids.current: %s)\n' "$st" "$max"
+  cat "$ev" "$r"; printf '(exit %s; most processes seen in cgroup.procs: %s)\n' "$st" "$max"
   [ "$st" -eq 124 ] && pass "$who: exit 124 (stopped at the timeout)" || fail "$who: exit $st, expected 124"
   [ -n "$cg" ] && [ "$max" -le 50 ] && [ "$max" -ge 30 ] && pass "$who: at most 50 processes ($max seen)" ||
     fail "$who: $max processes seen in $cg"
