@@ -73,7 +73,8 @@ install -m 755 "${CARGO_TARGET_DIR:-target}/debug/reaper" "$ci_reaper"
 "$ci_reaper" run -q --grace 1s -- ci/dist.sh "${dist_arches[@]}" >"$dist_log" 2>&1 &
 dist_pid=$!
 # Only while it is this script's unreaped child: its pid cannot have been reused.
-trap '[ -z "$dist_pid" ] || { kill "$dist_pid"; wait "$dist_pid"; } 2>/dev/null; rm -f "$skips" "$dist_log"' EXIT
+# The script's own status is kept: `wait` on the killed build would make every failure a 143.
+trap 'rc=$?; [ -z "$dist_pid" ] || { kill "$dist_pid"; wait "$dist_pid" || :; } 2>/dev/null; rm -f "$skips" "$dist_log"; exit $rc' EXIT
 echo "ci/dist.sh ${dist_arches[*]} started beside the tests (reaper pid $dist_pid)"
 
 step "cargo test"

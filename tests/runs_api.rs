@@ -23,12 +23,14 @@ fn backends() -> Vec<Containment> {
     b
 }
 
-/// A shell that writes its environment's run id to `file` (the proof it ran), then sleeps.
+/// A shell that writes its environment's run id to `file` (the proof it ran), then sleeps. The
+/// write is the shell's own (one `write` of the line), so no helper process is alive to be
+/// counted once the line is there.
 fn tagged(file: &std::path::Path, backend: Containment) -> Command {
     let mut cmd = Command::new("sh");
     cmd.arg("-c")
         .arg(format!(
-            "sh -c 'echo \"$REAPER_RUN_ID\" > {}.tmp; mv {0}.tmp {0}; exec sleep 600' & exec sleep 600",
+            "sh -c 'echo \"$REAPER_RUN_ID\" > {}; exec sleep 600' & exec sleep 600",
             file.display()
         ))
         .stdin(Stdio::Null)
@@ -41,7 +43,11 @@ fn tagged(file: &std::path::Path, backend: Containment) -> Command {
 async fn read_when_written(file: &std::path::Path) -> String {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(s) = std::fs::read_to_string(file) {
+        // Whole once it ends the line: the file is created empty, then written at once.
+        if let Some(s) = std::fs::read_to_string(file)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+        {
             return s.trim().to_owned();
         }
         assert!(
