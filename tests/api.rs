@@ -191,6 +191,31 @@ async fn stop_and_kill_end_the_whole_tree() {
     }
 }
 
+/// Spawns from several threads at once (the leader's clone shares reaper's memory until its
+/// exec, on a stack kept for the next spawn): each child runs its own command line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawns_from_several_threads_at_once_each_run_their_own_command() {
+    let tasks: Vec<_> = (0..4)
+        .map(|t| {
+            tokio::spawn(async move {
+                for i in 0..25 {
+                    let code = t * 25 + i + 1;
+                    let mut cmd = Command::new("sh");
+                    cmd.args(["-c", &format!("exit {code}")]);
+                    if !cgroup_backend() {
+                        cmd.containment(Containment::Pgid);
+                    }
+                    let out = cmd.spawn().await.expect("spawns").wait().await;
+                    assert_eq!(out.exit_code, Some(code), "{out:?}");
+                }
+            })
+        })
+        .collect();
+    for t in tasks {
+        t.await.expect("every spawn ran its own command");
+    }
+}
+
 /// A hundred children at once in one runtime, each with its own tree: all run, stopping one
 /// leaves the others, and dropping the rest kills every one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -52,6 +52,8 @@ pub struct Setup {
     pub reaper: PathBuf,
     pub fixture: PathBuf,
     pub fake_codex: PathBuf,
+    /// `mcp-floor`, the floor of an MCP call, where it was built beside the benchmark.
+    pub mcp_floor: Option<PathBuf>,
     /// `--alt-reaper`: another build of reaper, benchmarked beside the first in the same run.
     pub alt_reaper: Option<PathBuf>,
     /// `--static-reaper`: the static (musl) build of the same source, for the spawn rows.
@@ -250,6 +252,11 @@ fn main() {
         None => run(&setup, &plan),
     };
     print!("{report}");
+    // The smoke run's purpose: a part that failed fails it.
+    if quick && report.contains("| **error** |") {
+        eprintln!("reaper-bench: a part of the benchmark failed (the **error** rows above)");
+        std::process::exit(1)
+    }
     if let Some(path) = out {
         if let Err(e) = splice_into(&path, &report) {
             eprintln!("reaper-bench: cannot write {}: {e}", path.display());
@@ -277,6 +284,7 @@ fn setup(bin_dir: &Path) -> Result<Setup, String> {
         reaper: find("reaper")?,
         fixture: find("reaper-fixture")?,
         fake_codex: find("fake-codex")?,
+        mcp_floor: find("mcp-floor").ok(),
         alt_reaper: None,
         static_reaper: None,
         timeout_bin: timeout_bin.to_string_lossy().into_owned(),
@@ -740,7 +748,11 @@ fn mcp_section(r: &mut String, m: &mcp::McpResult, p: &mcp::McpPlan) {
          `CODEX_CMD` is `fake-codex` (compiled; `thread T / say ok / done` answers at once), so \
          the server's own cost shows. Default server flags (cgroup backend, guardian, \
          `--max-concurrent 8`). \"fake-codex directly\" is the same prompt through a pipe to \
-         the fake started by this process: the floor of a call.\n"
+         the fake started by this process: the floor of a call. \"floor server\" is \
+         `mcp-floor` (`testkit/mcp-floor/`), an rmcp server over stdio whose one tool runs the \
+         fake as a plain tokio child (no containment, records, limits or progress), called in \
+         turn with reaper in the same sessions: what any MCP server that runs a program per \
+         call pays.\n"
     );
     let _ = writeln!(r, "| measure | median (min–max) |\n|---|---|");
     let mut row = |k: String, v: String| {
@@ -785,6 +797,21 @@ fn mcp_section(r: &mut String, m: &mcp::McpResult, p: &mcp::McpPlan) {
         "per-call latency × fake-codex directly".into(),
         ratio(m.call_vs_direct),
     );
+    if m.floor_median_ms.is_some() {
+        row(
+            "floor server (`mcp-floor`: rmcp, the fake as a plain tokio child), per-call median, ms"
+                .into(),
+            cell(m.floor_median_ms),
+        );
+        row(
+            "… floor server × fake-codex directly".into(),
+            ratio(m.floor_vs_direct),
+        );
+        row(
+            "per-call latency × the floor server's, same sessions".into(),
+            ratio(m.call_vs_floor),
+        );
+    }
     if m.alt_median_ms.is_some() {
         row(
             format!("per-call latency, median{}, ms", crate::ALT),

@@ -35,8 +35,17 @@ impl Server {
 
     /// [`Server::spawn`] of the reaper binary at `reaper` (the `--alt-reaper` build).
     fn spawn_from(s: &Setup, reaper: &std::path::Path) -> Result<(Server, Instant), String> {
-        let mut cmd = Command::new(reaper);
-        cmd.arg("mcp")
+        Self::spawn_program(s, reaper, &["mcp"])
+    }
+
+    /// A server started as `program args…`, with the fake as `CODEX_CMD`.
+    fn spawn_program(
+        s: &Setup,
+        program: &std::path::Path,
+        args: &[&str],
+    ) -> Result<(Server, Instant), String> {
+        let mut cmd = Command::new(program);
+        cmd.args(args)
             .env("CODEX_CMD", &s.fake_codex)
             .env_remove("FAKE_CODEX_PIDS")
             .env_remove("REAPER_TIMEOUT")
@@ -47,7 +56,9 @@ impl Server {
             .stdout(Stdio::piped())
             .stderr(Stdio::null());
         let t0 = Instant::now();
-        let mut child = cmd.spawn().map_err(|e| format!("reaper mcp: {e}"))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("{}: {e}", program.display()))?;
         let stdin = child.stdin.take();
         let stdout = child.stdout.take().ok_or("no stdout pipe")?;
         let (tx, replies) = std::sync::mpsc::channel();
@@ -196,7 +207,9 @@ fn check_result(v: &Value, expect: &str) -> Result<(), String> {
     if r["isError"].as_bool() == Some(true) {
         return Err(format!("the call failed: {}", r["content"]));
     }
-    if r["structuredContent"]["content"].as_str() != Some(expect) {
+    if r["content"][0]["text"].as_str() != Some(expect)
+        && r["structuredContent"]["content"].as_str() != Some(expect)
+    {
         return Err(format!("unexpected result: {r}"));
     }
     Ok(())
@@ -251,6 +264,12 @@ pub struct McpResult {
     pub alt_median_ms: Option<Summary>,
     /// This build's per-call median × the alt build's, session by session.
     pub call_vs_alt: Option<Summary>,
+    /// The floor server's (`mcp-floor`) per-call median, in the same sessions.
+    pub floor_median_ms: Option<Summary>,
+    /// The floor server's per-call median × fake-codex directly.
+    pub floor_vs_direct: Option<Summary>,
+    /// This build's per-call median × the floor server's, session by session.
+    pub call_vs_floor: Option<Summary>,
     pub rss_after_calls_mib: Option<Summary>,
     pub hwm_after_calls_mib: Option<Summary>,
     pub parallel_wall_ms: Option<Summary>,
@@ -307,6 +326,7 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     let (mut pwall, mut pmax, mut alone) = (vec![], vec![], vec![]);
     let (mut alt_med, mut vs_alt) = (vec![], vec![]);
+    let (mut floor_med, mut floor_direct, mut vs_floor) = (vec![], vec![], vec![]);
     for _ in 0..plan.sessions {
         let r = (|| -> Result<(), String> {
             let (mut srv, _) = Server::spawn(s)?;
@@ -320,13 +340,33 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
                 }
                 None => None,
             };
-            let (mut lat, mut dir, mut alat) = (Vec::new(), Vec::new(), Vec::new());
+            // And the floor server, likewise.
+            let mut floor = match &s.mcp_floor {
+                Some(path) => {
+                    let (mut f, _) = Server::spawn_program(s, path, &[])?;
+                    f.initialize()?;
+                    Some(f)
+                }
+                None => None,
+            };
+            let (mut lat, mut dir, mut alat, mut flat) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for _ in 0..plan.calls {
                 lat.push(srv.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
                 if let Some(a) = alt.as_mut() {
                     alat.push(a.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
                 }
+                if let Some(f) = floor.as_mut() {
+                    flat.push(f.call(QUICK_PROMPT, "ok")?.as_secs_f64() * 1e3);
+                }
                 dir.push(fake_direct(s, QUICK_PROMPT)?.0.as_secs_f64() * 1e3);
+            }
+            if let Some(f) = floor.take() {
+                let fm = percentile(&flat, 50.0);
+                floor_med.push(fm);
+                floor_direct.push(fm / percentile(&dir, 50.0));
+                vs_floor.push(percentile(&lat, 50.0) / fm);
+                f.close()?;
             }
             if let Some(a) = alt.take() {
                 let am = percentile(&alat, 50.0);
@@ -414,6 +454,9 @@ pub fn bench(s: &Setup, plan: &McpPlan) -> McpResult {
         call_vs_direct: Summary::of(&ratio),
         alt_median_ms: Summary::of(&alt_med),
         call_vs_alt: Summary::of(&vs_alt),
+        floor_median_ms: Summary::of(&floor_med),
+        floor_vs_direct: Summary::of(&floor_direct),
+        call_vs_floor: Summary::of(&vs_floor),
         rss_after_calls_mib: Summary::of(&rss),
         hwm_after_calls_mib: Summary::of(&hwm),
         parallel_wall_ms: Summary::of(&pwall),

@@ -370,6 +370,76 @@ mod vfork {
     /// The child's stack: `child_after_clone` makes a few dozen system calls, no more.
     const STACK: usize = 64 * 1024;
 
+    /// Stacks kept for the next spawns: mapping one (and unmapping it, which interrupts every
+    /// other CPU running this process to flush its TLB) costs more than the clone itself.
+    const SPARE_STACKS: usize = 4;
+
+    static SPARE: std::sync::Mutex<Vec<Stack>> = std::sync::Mutex::new(Vec::new());
+
+    /// A child's stack: an anonymous mapping whose lowest page is a guard, so an overflow
+    /// faults in the child (a failed spawn) instead of writing over this process's memory.
+    struct Stack {
+        map: *mut libc::c_void,
+        len: usize,
+    }
+
+    // SAFETY: a mapping of this process's, used by one spawn at a time (taken from the spare
+    // list under its lock, or fresh).
+    unsafe impl Send for Stack {}
+
+    impl Stack {
+        /// A spare stack, or a new one; `None` with errno set when none can be mapped.
+        fn take() -> Option<Stack> {
+            let spare = SPARE.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            if spare.is_some() {
+                return spare;
+            }
+            let page = rustix::param::page_size();
+            let len = STACK + page;
+            // SAFETY: a fresh anonymous mapping, owned by the `Stack` returned.
+            let map = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    len,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                    -1,
+                    0,
+                )
+            };
+            if map == libc::MAP_FAILED {
+                return None;
+            }
+            let stack = Stack { map, len };
+            // SAFETY: the lowest page of the mapping just made.
+            if unsafe { libc::mprotect(map, page, libc::PROT_NONE) } != 0 {
+                // SAFETY: this thread's errno, kept across the unmapping for the caller.
+                unsafe {
+                    let errno = *libc::__errno_location();
+                    drop(stack);
+                    *libc::__errno_location() = errno;
+                }
+                return None;
+            }
+            Some(stack)
+        }
+
+        /// Kept for the next spawn, or unmapped when enough are kept.
+        fn give_back(self) {
+            let mut spare = SPARE.lock().unwrap_or_else(|p| p.into_inner());
+            if spare.len() < SPARE_STACKS {
+                spare.push(self);
+            }
+        }
+    }
+
+    impl Drop for Stack {
+        fn drop(&mut self) {
+            // SAFETY: the mapping this `Stack` owns; no child runs on it (CLONE_VFORK).
+            unsafe { libc::munmap(self.map, self.len) };
+        }
+    }
+
     /// Runs `clone3(args)` with `CLONE_VM | CLONE_VFORK` and a stack of its own; the child
     /// calls `entry(arg)`. Returns the child's pid, or -1 with errno set.
     ///
@@ -383,31 +453,11 @@ mod vfork {
         entry: extern "C" fn(*mut libc::c_void) -> !,
         arg: *mut libc::c_void,
     ) -> libc::c_long {
-        // The stack is mapped with a guard page below it: an overflow faults in the child
-        // (a failed spawn) instead of writing over this process's memory.
-        let page = rustix::param::page_size();
-        let len = STACK + page;
-        // SAFETY: a fresh anonymous mapping, owned here and unmapped below.
-        let map = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
+        let Some(stack) = Stack::take() else {
+            return -1;
         };
-        if map == libc::MAP_FAILED {
-            return -1;
-        }
-        // SAFETY: the lowest page of the mapping just made.
-        if unsafe { libc::mprotect(map, page, libc::PROT_NONE) } != 0 {
-            // SAFETY: the mapping made above, not used.
-            unsafe { libc::munmap(map, len) };
-            return -1;
-        }
-        let base = map as usize + page;
+        let (map, len) = (stack.map, stack.len);
+        let base = map as usize + rustix::param::page_size();
         // The ABI's alignment for the stack's top; the stack grows down from there.
         let top = (map as usize + len) & !15;
         args.flags |= (libc::CLONE_VM | libc::CLONE_VFORK) as u64;
@@ -431,8 +481,8 @@ mod vfork {
         unsafe {
             libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         }
-        // SAFETY: the mapping made above; the child is done with it (CLONE_VFORK).
-        unsafe { libc::munmap(map, len) };
+        // The child is done with the stack (CLONE_VFORK): the next spawn may use it.
+        stack.give_back();
         if ret < 0 {
             // SAFETY: errno is this thread's; set again for the caller, as `syscall` would.
             unsafe { *libc::__errno_location() = -ret as i32 };

@@ -153,10 +153,13 @@ impl CgroupBackend {
 
     /// The processes in the run's cgroup tree (no escapee).
     fn in_cgroup(&self) -> Vec<Process> {
-        self.cgroup
-            .subtree_procs()
-            .into_iter()
-            .filter_map(|pid| procfs::stat(pid.as_raw_nonzero().get()).ok())
+        Self::described(&self.cgroup_pids())
+    }
+
+    /// The live processes among `pids`, each with its name and start time.
+    fn described(pids: &[i32]) -> Vec<Process> {
+        pids.iter()
+            .filter_map(|&pid| procfs::stat(pid).ok())
             .filter(|s| !s.is_dead())
             .map(Process::from)
             .collect()
@@ -219,8 +222,10 @@ impl Backend for CgroupBackend {
 
     /// The cgroup's processes, and every escapee down their subtrees and reaper's orphans.
     fn members(&self) -> Vec<Process> {
-        let mut all = self.in_cgroup();
-        all.extend(self.find_escapees(true).into_iter().map(|e| e.process));
+        // One read of the cgroup tree serves both.
+        let pids = self.cgroup_pids();
+        let mut all = Self::described(&pids);
+        all.extend(self.escapees.find(pids).into_iter().map(|e| e.process));
         all
     }
 

@@ -12,13 +12,11 @@
 //!
 //! In every case the tree is empty and its cgroup removed before the result is built.
 
-use std::os::fd::OwnedFd;
 use std::time::Duration;
 
 use reaper::supervise::{CutShort, Plan, Request, Requests, Step, StopSpec, Target};
 use reaper::{ContainOptions, EventSink, Signal, StopReason};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::unix::pipe;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -62,23 +60,25 @@ pub struct Finished {
 }
 
 /// A pipe from the child, read until EOF; after EOF or an error it is never ready again.
-struct Source {
-    pipe: Option<pipe::Receiver>,
+struct Source<R> {
+    pipe: Option<R>,
     buf: Vec<u8>,
 }
 
-impl Source {
-    fn new(fd: Option<OwnedFd>) -> Self {
-        let pipe = fd.and_then(|fd| match pipe::Receiver::from_owned_fd(fd) {
-            Ok(p) => Some(p),
-            Err(e) => {
-                tracing::warn!("cannot read codex's output pipe: {e}");
-                None
-            }
-        });
+/// Read buffers of finished calls, for the next: a fresh one per pipe and call is zeroed,
+/// and freeing it shrinks the heap (`brk`) only for the next call to grow it again.
+static SPARE_BUFFERS: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+const SPARE_BUFFERS_MAX: usize = 4;
+
+impl<R: AsyncRead + Unpin> Source<R> {
+    fn new(pipe: Option<R>) -> Self {
+        let spare = SPARE_BUFFERS
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
         Source {
             pipe,
-            buf: vec![0; READ_CHUNK],
+            buf: spare.unwrap_or_else(|| vec![0; READ_CHUNK]),
         }
     }
 
@@ -103,6 +103,15 @@ impl Source {
                 self.pipe = None;
                 &[]
             }
+        }
+    }
+}
+
+impl<R> Drop for Source<R> {
+    fn drop(&mut self) {
+        let mut spare = SPARE_BUFFERS.lock().unwrap_or_else(|p| p.into_inner());
+        if spare.len() < SPARE_BUFFERS_MAX {
+            spare.push(std::mem::take(&mut self.buf));
         }
     }
 }
@@ -176,13 +185,11 @@ pub async fn run(
     warn_once(child.warning());
     tracing::debug!(call = id, pid = child.id(), "codex started");
     let started = Instant::now();
-    let fd = |p: Option<std::io::Result<OwnedFd>>| p.and_then(Result::ok);
-    let writer = tokio::spawn(write_prompt(
-        fd(child.stdin.take().map(|p| p.into_owned_fd())),
-        spec.prompt,
-    ));
-    let mut out = Source::new(fd(child.stdout.take().map(|p| p.into_owned_fd())));
-    let mut err = Source::new(fd(child.stderr.take().map(|p| p.into_owned_fd())));
+    // The child's own pipes, already on the reactor: converting them would deregister and
+    // register each again.
+    let writer = tokio::spawn(write_prompt(child.stdin.take(), spec.prompt));
+    let mut out = Source::new(child.stdout.take());
+    let mut err = Source::new(child.stderr.take());
     // Heartbeats: a codex that prints nothing for minutes still reports at the interval.
     let mut tick = progress.ticker();
     let report = |child: &reaper::Child, stream: &EventStream, progress: &mut Progress| {
@@ -320,15 +327,8 @@ fn stopping(step: Step) -> &'static str {
 
 /// Writes the prompt and closes stdin (codex reads stdin to its end before it starts). A codex
 /// that exits without reading gives EPIPE, which is not an error of the call.
-async fn write_prompt(stdin: Option<OwnedFd>, prompt: String) {
-    let Some(fd) = stdin else { return };
-    let mut pipe = match pipe::Sender::from_owned_fd(fd) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!("cannot write the prompt to codex's stdin: {e}");
-            return;
-        }
-    };
+async fn write_prompt(stdin: Option<tokio::process::ChildStdin>, prompt: String) {
+    let Some(mut pipe) = stdin else { return };
     if let Err(e) = pipe.write_all(prompt.as_bytes()).await {
         tracing::debug!("codex did not read its whole prompt: {e}");
     }
