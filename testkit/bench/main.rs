@@ -90,7 +90,7 @@ impl Plan {
             tree_sizes: vec![10, 100, 1000],
             tree_reps: 5,
             storm: (2000, 200),
-            storm_reps: 5,
+            storm_reps: 9,
             init_reps: 5,
             codex_reps: 10,
             mcp: mcp::McpPlan {
