@@ -23,11 +23,11 @@ for arg in "$@"; do
   esac
 done
 
-# reaper, and the fixture, fake codex and benchmark of the testkit package (testkit/): built as
-# two packages, as `cargo test` and the tests build them, so the smoke run reuses their builds.
+# reaper, and the fixture, fake codex, MCP floor and benchmark of the testkit package (testkit/),
+# in one invocation as ci/test.sh builds them, so the smoke run reuses that build (built alone,
+# testkit would get its tokio and rmcp with other features, compiled again).
 build() {
-  cargo build --quiet "$@" --bin reaper
-  cargo build --quiet "$@" -p reaper-testkit --bins
+  cargo build --quiet "$@" -p reaper -p reaper-testkit --bins
 }
 target=${CARGO_TARGET_DIR:-target}
 if [ -n "$quick" ]; then

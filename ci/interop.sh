@@ -17,8 +17,7 @@ if "$cache/codex/node_modules/.bin/codex" --version >/dev/null 2>&1; then
   export REAPER_REAL_CODEX="$cache/codex/node_modules/.bin/codex"
 fi
 
-cargo build --quiet --bin reaper
-cargo build --quiet -p reaper-testkit --bins  # reaper-fixture, fake-codex (testkit/)
+cargo build --quiet -p reaper -p reaper-testkit --bins  # reaper, and reaper-fixture and fake-codex (testkit/)
 
 "$cache/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop
 

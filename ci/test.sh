@@ -39,10 +39,10 @@ step "what this machine has: a test that needs it must not skip here"
 # A test that needs a backend or tool the machine lacks says `skipped: TEST: WHY`; where the
 # machine has it, the same skip would be a vacuous pass, so REAPER_REQUIRE turns it into a
 # failure (tests/common: `have`).
-cargo build --quiet --bin reaper
-# The tests' helper binaries (testkit/); the tests would build them on first use, this does it
-# up front so that a build failure shows here, once.
-cargo build --quiet -p reaper-testkit --bins
+# With the tests' helper binaries (testkit/): the tests would build them on first use, this does
+# it up front so that a build failure shows here, once. One invocation: built alone, testkit
+# would get dependencies of its own (tokio, rmcp) with other features, compiled a second time.
+cargo build --quiet -p reaper -p reaper-testkit --bins
 require=()
 if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_writable": true'; then require+=(cgroup); fi
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
