@@ -72,9 +72,11 @@ ci_reaper=${CARGO_TARGET_DIR:-target}/ci-reaper
 install -m 755 "${CARGO_TARGET_DIR:-target}/debug/reaper" "$ci_reaper"
 "$ci_reaper" run -q --grace 1s -- ci/dist.sh "${dist_arches[@]}" >"$dist_log" 2>&1 &
 dist_pid=$!
-# Only while it is this script's unreaped child: its pid cannot have been reused.
-# The script's own status is kept: `wait` on the killed build would make every failure a 143.
-trap 'rc=$?; [ -z "$dist_pid" ] || { kill "$dist_pid"; wait "$dist_pid" || :; } 2>/dev/null; rm -f "$skips" "$dist_log"; exit $rc' EXIT
+# Killed (with the VM lane's, below) only while they are this script's unreaped children: their
+# pids cannot have been reused. The script's own status is kept: `wait` on the killed job would
+# make every failure a 143.
+vm_pid= vm_log=$(mktemp)
+trap 'rc=$?; for p in $dist_pid $vm_pid; do { kill "$p"; wait "$p" || :; } 2>/dev/null; done; rm -f "$skips" "$dist_log" "$vm_log"; exit $rc' EXIT
 echo "ci/dist.sh ${dist_arches[*]} started beside the tests (reaper pid $dist_pid)"
 
 step "cargo test"
@@ -98,10 +100,7 @@ done
 echo "no clap, rmcp, zbus, tracing-subscriber or tokio-util in the library's tree"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/embed" cargo test --manifest-path tests/embed/Cargo.toml
 
-step "interop tests with real MCP clients"
-ci/interop.sh
-
-step "packaging: static binaries, wheels, npm packages (ci/dist.sh), installed and driven by MCP clients (ci/dist-test.sh)"
+step "packaging: the static binaries, wheels and npm packages (ci/dist.sh, built beside the tests)"
 # REAPER_DIST_ARCHES=amd64 leaves out arm64 (and says so).
 case " ${dist_arches[*]} " in *" arm64 "*) ;; *) echo "skipped: the arm64 build (REAPER_DIST_ARCHES=${dist_arches[*]})" ;; esac
 dist=0
@@ -112,19 +111,35 @@ if [ "$dist" != 0 ]; then
   echo "ci/dist.sh failed (exit $dist)"
   exit "$dist"
 fi
+
+# The VM lane (QEMU, host shapes this machine is not: ci/vm/README.md) needs the static binary
+# just built; it runs beside the interop and package tests, which mostly wait on their clients,
+# and reports at its own step. Exit 77 means this host cannot run the lane; that is a failure
+# unless REAPER_SKIP_VM=1 asks to do without it.
+vm_pid=
+if [ "${REAPER_SKIP_VM:-}" != 1 ]; then
+  cargo build --quiet --workspace --bins
+  REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
+    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" \
+    "${CARGO_TARGET_DIR:-target}/artifacts/reaper-linux-amd64" Containerfile >"$vm_log" 2>&1 &
+  vm_pid=$!
+  echo "the VM lane started beside the next steps (pid $vm_pid)"
+fi
+
+step "interop tests with real MCP clients"
+ci/interop.sh
+
+step "packaging: the packages installed and driven by MCP clients (ci/dist-test.sh)"
 ci/dist-test.sh
 
 step "VM lane: systemd, pure cgroup v2, a normal user, podman, in QEMU (ci/vm)"
-# Host shapes this machine is not (ci/vm/README.md). Exit 77 means this host cannot run the
-# lane; that is a failure unless REAPER_SKIP_VM=1 asks to do without it.
-if [ "${REAPER_SKIP_VM:-}" = 1 ]; then
+if [ -z "$vm_pid" ]; then
   echo "skipped: REAPER_SKIP_VM=1"
 else
-  cargo build --quiet --workspace --bins
   vm=0
-  REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
-    -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" \
-    "${CARGO_TARGET_DIR:-target}/artifacts/reaper-linux-amd64" Containerfile || vm=$?
+  wait "$vm_pid" || vm=$?
+  vm_pid=
+  cat "$vm_log"
   if [ "$vm" != 0 ]; then
     echo "the VM lane failed (exit $vm)"
     exit "$vm"
