@@ -9,6 +9,20 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 step() { printf '\n==> [%ds] %s\n' "$SECONDS" "$*"; }
+# Waits for a job started in the background (its pid in the variable named $1, cleared once
+# reaped, so the EXIT trap never signals a pid that may be reused), prints its log, and fails
+# with its status.
+finish_background() {
+  local -n job=$1
+  local status=0
+  wait "$job" || status=$?
+  job=
+  cat "$2"
+  if [ "$status" != 0 ]; then
+    echo "$3 failed (exit $status)"
+    exit "$status"
+  fi
+}
 
 step "install test dependencies"
 ci/install-deps.sh
@@ -103,20 +117,12 @@ CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/embed" cargo test --manifest-
 step "packaging: the static binaries, wheels and npm packages (ci/dist.sh, built beside the tests)"
 # REAPER_DIST_ARCHES=amd64 leaves out arm64 (and says so).
 case " ${dist_arches[*]} " in *" arm64 "*) ;; *) echo "skipped: the arm64 build (REAPER_DIST_ARCHES=${dist_arches[*]})" ;; esac
-dist=0
-wait "$dist_pid" || dist=$?
-dist_pid=
-cat "$dist_log"
-if [ "$dist" != 0 ]; then
-  echo "ci/dist.sh failed (exit $dist)"
-  exit "$dist"
-fi
+finish_background dist_pid "$dist_log" "ci/dist.sh"
 
 # The VM lane (QEMU, host shapes this machine is not: ci/vm/README.md) needs the static binary
 # just built; it runs beside the interop and package tests, which mostly wait on their clients,
 # and reports at its own step. Exit 77 means this host cannot run the lane; that is a failure
 # unless REAPER_SKIP_VM=1 asks to do without it.
-vm_pid=
 if [ "${REAPER_SKIP_VM:-}" != 1 ]; then
   cargo build --quiet --workspace --bins
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
@@ -136,14 +142,7 @@ step "VM lane: systemd, pure cgroup v2, a normal user, podman, in QEMU (ci/vm)"
 if [ -z "$vm_pid" ]; then
   echo "skipped: REAPER_SKIP_VM=1"
 else
-  vm=0
-  wait "$vm_pid" || vm=$?
-  vm_pid=
-  cat "$vm_log"
-  if [ "$vm" != 0 ]; then
-    echo "the VM lane failed (exit $vm)"
-    exit "$vm"
-  fi
+  finish_background vm_pid "$vm_log" "the VM lane"
 fi
 
 if [ -x ci/bench.sh ]; then

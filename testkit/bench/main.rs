@@ -333,20 +333,10 @@ fn run(s: &Setup, plan: &Plan) -> String {
     let mut trees = Vec::new();
     for &n in &plan.tree_sizes {
         progress(&format!("teardown, tree of {n}"), t0);
-        trees.push(teardown::bench(
-            s,
-            &stoppers,
-            Scenario::Tree(n),
-            plan.tree_reps,
-        ));
+        trees.push(tree(s, &stoppers, n, plan));
     }
     progress("teardown, fork storm", t0);
-    let storm = teardown::bench(
-        s,
-        &stoppers,
-        Scenario::Storm(plan.storm.0, plan.storm.1),
-        plan.storm_reps,
-    );
+    let storm = storm(s, &stoppers, plan);
     progress("PID 1 of a container, beside tini and dumb-init", t0);
     let inits = init::bench(s, plan.init_reps);
     progress("reaper mcp", t0);
@@ -394,6 +384,22 @@ fn stoppers(s: &Setup, pgid: &Result<(), String>) -> Vec<Stopper> {
     stoppers
 }
 
+/// The teardown of a tree of `n`, by every stopper.
+fn tree(s: &Setup, stoppers: &[Stopper], n: u32, plan: &Plan) -> Vec<teardown::TeardownRow> {
+    teardown::bench(s, stoppers, Scenario::Tree(n), plan.tree_reps)
+}
+
+/// The fork storm's teardown, by every stopper.
+fn storm(s: &Setup, stoppers: &[Stopper], plan: &Plan) -> Vec<teardown::TeardownRow> {
+    let (size, ready_at) = plan.storm;
+    teardown::bench(
+        s,
+        stoppers,
+        Scenario::Storm(size, ready_at),
+        plan.storm_reps,
+    )
+}
+
 /// `--only teardown`: the largest tree and the fork storm, with their goals.
 fn teardown_only(s: &Setup, plan: &Plan) -> String {
     let t0 = Instant::now();
@@ -401,19 +407,9 @@ fn teardown_only(s: &Setup, plan: &Plan) -> String {
     let stoppers = stoppers(s, &pgid);
     let n = plan.tree_sizes.last().copied().unwrap_or(100);
     progress(&format!("teardown, tree of {n}"), t0);
-    let trees = vec![teardown::bench(
-        s,
-        &stoppers,
-        Scenario::Tree(n),
-        plan.tree_reps,
-    )];
+    let trees = vec![tree(s, &stoppers, n, plan)];
     progress("teardown, fork storm", t0);
-    let storm = teardown::bench(
-        s,
-        &stoppers,
-        Scenario::Storm(plan.storm.0, plan.storm.1),
-        plan.storm_reps,
-    );
+    let storm = storm(s, &stoppers, plan);
     progress("done", t0);
     let mut r = String::new();
     teardown_section(&mut r, &trees, &storm, plan, &pgid);
