@@ -16,6 +16,7 @@
 //! | `start`    | [`Run::start`]: containment, spawn, pidfd, the terminal handed over  |
 //! | `spawn`    | the leader's spawn into containment (clone3, or a join before exec)  |
 //! | `leader`   | the leader: pidfd wait, reaping, job control and the terminal        |
+//! | `outside`  | whether a job-control stop came from outside the run                 |
 //! | `stop`     | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
 //! | `priority` | reaper's own scheduling: raised for the run, real time to kill       |
 //! | `finish`   | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
@@ -24,6 +25,7 @@
 mod dropped;
 mod finish;
 mod leader;
+mod outside;
 mod priority;
 pub(crate) mod spawn;
 mod start;

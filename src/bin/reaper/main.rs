@@ -77,6 +77,10 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     cli::record_parent();
+    // Before anything of a run exists, and inherited by the forked guardian: no process of a
+    // run without CAP_SYS_PTRACE can trace reaper (and hold it stopped).
+    #[cfg(target_os = "linux")]
+    let untraceable = reaper::deny_tracing();
     let cli = parse();
     // Before tracing and before any runtime or thread: the guardian is forked.
     let wants_guardian = match &cli {
@@ -98,6 +102,10 @@ fn main() -> std::process::ExitCode {
     // a run come back to it (a child subreaper).
     if let Err(e) = reaper::own_every_child() {
         say!("reaper: warning: cannot become a child subreaper ({e}); orphans of the tree go to PID 1");
+    }
+    #[cfg(target_os = "linux")]
+    if let Err(e) = untraceable {
+        say!("reaper: warning: cannot refuse ptrace to the tree (PR_SET_DUMPABLE: {e}); a process of the run could trace and hold reaper");
     }
     dispatch(cli)
 }

@@ -130,7 +130,7 @@ async fn run(a: Args) -> u8 {
     cli::signal_requests(sigs, &mut requests);
     // timeout(1) ignores SIGTTIN and SIGTTOU (it may write to the terminal from the background),
     // and is stopped by SIGTSTP, which reaches COMMAND's group too.
-    if let Some(stops) = cli::JobStops::new() {
+    if let Some(stops) = cli::job_stops() {
         cli::job_stop_requests(stops, &[Signal::TSTP], &mut requests);
     }
     let mut cmd = reaper::Command::new(&a.command[0]);
