@@ -52,14 +52,14 @@
 
 #![warn(missing_docs)]
 
-/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
-/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
-/// be torn down.
+/// One line to stderr that can neither abort nor block reaper: `eprintln!` panics when stderr is
+/// a closed pipe (Rust ignores SIGPIPE), which is exactly when a client has gone away and the
+/// tree must still be torn down; and a write to a stderr the command filled would wait for a
+/// reader that may wait for reaper (`reaper_platform::stderr`).
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        reaper_platform::stderr::line(format_args!($($arg)*))
+    };
 }
 
 #[cfg(target_os = "linux")]

@@ -23,6 +23,7 @@ pub mod proctable;
 pub mod reap;
 pub mod sent;
 pub mod signal;
+pub mod stderr;
 pub mod terminal;
 
 use std::os::fd::OwnedFd;

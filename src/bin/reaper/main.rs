@@ -1,13 +1,13 @@
 //! reaper: run a command so that nothing it starts outlives it.
 
-/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
-/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
-/// be torn down.
+/// One line to stderr that can neither abort nor block reaper: `eprintln!` panics when stderr is
+/// a closed pipe (Rust ignores SIGPIPE), which is exactly when a client has gone away and the
+/// tree must still be torn down; and a write to a stderr the command filled would wait for a
+/// reader that may wait for reaper (`reaper_platform::stderr`).
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        reaper_platform::stderr::line(format_args!($($arg)*))
+    };
 }
 
 /// The same for stdout (`reaper doctor | head -1` must not panic).
@@ -147,7 +147,8 @@ fn init_command_line(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 
 fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        // Never blocks on a stderr the command filled (see `say!`).
+        .with_writer(|| reaper_platform::stderr::Writer)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
                 .unwrap_or_else(|_| "warn".into()),

@@ -275,6 +275,8 @@ pub fn die_of(sig: i32) {
     if !no_core {
         return;
     }
+    // A death by signal runs no exit hook: what reaper said goes out first (bounded).
+    reaper_platform::stderr::flush(std::time::Duration::from_millis(500));
     // SAFETY: plain libc calls on a local, initialised sigset; the run is over (tree reaped,
     // cgroup removed, guardian told), so nothing is lost when the signal ends reaper.
     unsafe {
