@@ -20,7 +20,8 @@
 //! | `stop`     | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
 //! | `priority` | reaper's own scheduling: raised for the run, real time to kill       |
 //! | `finish`   | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
-//! | `dropped`  | a run dropped before its end: cleanup threads, the exit hook         |
+//! | `dropped`  | a run dropped before its end: cleanup threads; the exit hook, which  |
+//! |            | also kills the runs still alive at `exit`                            |
 
 mod dropped;
 mod finish;
@@ -70,6 +71,8 @@ pub(crate) struct Run {
     /// The run's record and control socket (see [`crate::runs`]).
     #[cfg(target_os = "linux")]
     registration: Option<crate::runs::registration::Registration>,
+    /// Killed by the exit hook if this process exits while the run lives (see `dropped`).
+    _live: dropped::Live,
 }
 
 impl Run {

@@ -129,6 +129,7 @@ impl Run {
         let registration = id.and_then(|id| {
             crate::runs::registration::Registration::new(record(id, cmd, &argv, &backend, &leader))
         });
+        let live = super::dropped::alive(&backend, &leader.handle);
         let run = Run {
             argv,
             backend,
@@ -144,6 +145,7 @@ impl Run {
             raise_priority: opts.raise_priority,
             #[cfg(target_os = "linux")]
             registration,
+            _live: live,
         };
         Ok((run, pipes))
     }
