@@ -94,6 +94,11 @@ fn reopen() -> How {
 
 /// One write of `bytes` that does not wait: how many were written (0: none, now).
 fn write_once(how: &mut How, bytes: &[u8]) -> io::Result<usize> {
+    // A terminal with TOSTOP set (a command can set it) answers a write from a background
+    // group with SIGTTOU and a restart of the write: with a handler installed (job control)
+    // that loops for ever. Blocked, SIGTTOU is not sent and the write goes through, as GNU
+    // timeout's does (it ignores SIGTTOU).
+    let _ttou = matches!(how, How::Own(_) | How::Blocking).then(TtouBlocked::new);
     loop {
         let r = match how {
             How::Plain | How::Blocking => rustix::io::write(fd2(), bytes),
@@ -121,6 +126,32 @@ fn write_once(how: &mut How, bytes: &[u8]) -> io::Result<usize> {
             Err(rustix::io::Errno::AGAIN) => Ok(0),
             Err(e) => Err(e.into()),
         };
+    }
+}
+
+/// SIGTTOU blocked for this thread until dropped.
+struct TtouBlocked(libc::sigset_t);
+
+impl TtouBlocked {
+    fn new() -> TtouBlocked {
+        // SAFETY: pthread_sigmask(3) on local, initialised signal sets.
+        unsafe {
+            let (mut ttou, mut old): (libc::sigset_t, libc::sigset_t) =
+                (std::mem::zeroed(), std::mem::zeroed());
+            libc::sigemptyset(&mut ttou);
+            libc::sigaddset(&mut ttou, libc::SIGTTOU);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &ttou, &mut old);
+            TtouBlocked(old)
+        }
+    }
+}
+
+impl Drop for TtouBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved in `new`.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
     }
 }
 
