@@ -16,6 +16,7 @@ pub mod stop;
 
 use reaper::supervise::{Request, Requests};
 use reaper::{Event, EventSink};
+use reaper_platform::job_control::JobStops;
 
 /// Every signal reaper listens to becomes a request, in the order they come.
 pub fn signal_requests(mut sigs: Signals, requests: &mut Requests) {
@@ -279,8 +280,6 @@ impl Signals {
 fn stream(sig: reaper_platform::Signal) -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig.as_raw())).ok()
 }
-
-use reaper_platform::job_control::JobStops;
 
 /// The job-control stops to reaper (SIGTSTP: Ctrl-Z, SIGTTIN, SIGTTOU), each with its sender
 /// (`reaper_platform::job_control`), for a face that passes them on to the tree, whose process
