@@ -325,18 +325,25 @@ pub fn descends_from(who: Identity, ancestor: i32) -> io::Result<bool> {
     ))
 }
 
-/// The pid of the process tracing `pid` (`TracerPid:` of `/proc/PID/status`), `None` when it
-/// is not traced.
+/// The process tracing `pid` (`TracerPid:` of `/proc/PID/status`), `None` when it is not
+/// traced. The kernel names the tracing *thread*; this is its thread group (`Tgid:` of that
+/// thread's status), the process a signal or a pidfd reaches.
 pub fn tracer(pid: i32) -> io::Result<Option<i32>> {
+    let Some(thread) = status_field(pid, "TracerPid:")?.filter(|&t| t > 0) else {
+        return Ok(None);
+    };
+    Ok(status_field(thread, "Tgid:")?.filter(|&t| t > 0))
+}
+
+/// A numeric field of `/proc/PID/status` (`pid` may name any thread).
+fn status_field(pid: i32, name: &str) -> io::Result<Option<i32>> {
     in_proc(pid, |q| {
         let mut buf = [0u8; 4096];
         let text = read_proc_file(&format!("/proc/{q}/status"), &mut buf)?;
-        let t = text
+        Ok(text
             .lines()
-            .find_map(|l| l.strip_prefix("TracerPid:"))
-            .and_then(|v| v.trim().parse::<i32>().ok())
-            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no TracerPid"))?;
-        Ok((t > 0).then_some(t))
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i32>().ok()))
     })
 }
 
