@@ -263,10 +263,13 @@ time.sleep(600)
 
 /// The tree `PTRACE_ATTACH`es reaper, and holds it in its stop. As a user: refused, reaper is
 /// not dumpable. As root (CAP_SYS_PTRACE): the guardian sees a tracer of its run, kills it and
-/// continues reaper. Either way the timeout holds.
+/// continues reaper — also when the tracer is a second thread of its process (the kernel names
+/// the thread). Either way the timeout holds.
 #[test]
 fn the_tree_cannot_hold_reaper_with_ptrace() {
-    for nobody in users() {
+    let mut cases = vec![(false, false), (false, true)];
+    cases.extend(users().into_iter().filter(|&n| n).map(|n| (n, false)));
+    for (nobody, from_thread) in cases {
         let tree = open_tree();
         let markp = mark(&tree);
         let mut args = vec![
@@ -277,7 +280,11 @@ fn the_tree_cannot_hold_reaper_with_ptrace() {
             "200ms".into(),
             "--".into(),
         ];
-        args.extend(tree.fixture(&["ptrace-parent", markp.to_str().unwrap()]));
+        let mut scenario = vec!["ptrace-parent", markp.to_str().unwrap()];
+        if from_thread {
+            scenario.push("--from-thread");
+        }
+        args.extend(tree.fixture(&scenario));
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut cmd = command_as(nobody, Path::new(env!("CARGO_BIN_EXE_reaper")), &args);
         let logf = std::fs::File::create(log(&tree)).unwrap();
@@ -288,11 +295,15 @@ fn the_tree_cannot_hold_reaper_with_ptrace() {
             .stderr(logf)
             .spawn()
             .expect("start reaper");
-        let what = format!("ptrace {}", who(nobody));
+        let what = format!(
+            "ptrace {}{}",
+            who(nobody),
+            if from_thread { " from a thread" } else { "" }
+        );
         let st = exits_within(&mut child, DEADLINE, &what);
         let text = std::fs::read_to_string(log(&tree)).unwrap_or_default();
         let m = marker(&tree);
-        if nobody {
+        if nobody || !have(Need::Root) {
             assert_eq!(
                 m,
                 format!("refused {}\n", libc::EPERM),
