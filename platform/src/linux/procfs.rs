@@ -294,9 +294,16 @@ const MAX_DEPTH: usize = 4096;
 /// it was read (a parent that exited in between reparents the child, and its pid may be
 /// someone else's by then). An error (a process of the chain gone, a chain deeper than any
 /// real one) says neither yes nor no. A process whose parent is not visible here (ppid 0) and
-/// pid 1 end the chain.
+/// pid 1 end the chain. Not under a foreign `/proc` ([`is_foreign`]: its parent pids are not
+/// this namespace's).
 pub fn descends_from(who: Identity, ancestor: i32) -> io::Result<bool> {
     let gone = || io::Error::from_raw_os_error(libc::ESRCH);
+    if is_foreign() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "/proc is another PID namespace's: its parent pids are not this one's",
+        ));
+    }
     let mut cur = who;
     for _ in 0..MAX_DEPTH {
         if cur.pid == ancestor {
