@@ -205,10 +205,11 @@ impl Pause {
                 starttime: start.parse().ok()?,
             })
         });
+        // A timeout too far for the clock bounds nothing.
         let until = fields
             .next()
             .and_then(|l| l.parse::<u64>().ok())
-            .map(|ms| std::time::Instant::now() + Duration::from_millis(ms));
+            .and_then(|ms| std::time::Instant::now().checked_add(Duration::from_millis(ms)));
         Pause {
             job,
             until,
@@ -445,4 +446,45 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
         }
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_record_names_its_job_and_timeout() {
+        let p = Pause::parse(b"12:34 1500");
+        assert_eq!(
+            p.job,
+            Some(crate::Identity {
+                pid: 12,
+                starttime: 34
+            })
+        );
+        let left = p.until.unwrap() - std::time::Instant::now();
+        assert!(left <= Duration::from_millis(1500) && left > Duration::from_millis(500));
+        let none = Pause::parse(b"- -");
+        assert_eq!((none.job, none.until), (None, None));
+        // What cannot be read bounds nothing (the grace still does).
+        for rec in [&b""[..], b"12 x", b"a:b 1", b":", b"1:2"] {
+            assert_eq!(
+                Pause::parse(rec).until.is_some(),
+                rec == b"a:b 1",
+                "{rec:?}"
+            );
+        }
+        // The farthest timeout neither panics nor bounds anything in practice.
+        let far = Pause::parse(format!("- {}", u64::MAX).as_bytes()).until;
+        assert!(far.is_none_or(|u| u > std::time::Instant::now() + Duration::from_secs(1 << 32)));
+        let mut inbox = Inbox::default();
+        inbox.take(b"P7:8 -\0");
+        assert!(inbox
+            .pause
+            .is_some_and(|p| p.job.is_some() && p.until.is_none()));
+        inbox.take(b"R\0P\0");
+        assert!(inbox
+            .pause
+            .is_some_and(|p| p.job.is_none() && p.until.is_none()));
+    }
 }
