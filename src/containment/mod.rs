@@ -19,6 +19,8 @@ pub mod pgid;
 pub mod select;
 pub(crate) mod sigstop;
 #[cfg(target_os = "linux")]
+pub(crate) mod sandbox;
+#[cfg(target_os = "linux")]
 pub mod spawn;
 #[cfg(target_os = "linux")]
 pub mod subreaper;

@@ -693,8 +693,8 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         }
         if let Some(plan) = spec.sandbox {
             // SAFETY: in the child after the clone, which is already in its cgroup, with its
-            // user namespace's maps written.
-            if let Err(e) = plan.apply() {
+            // user namespace's maps written. It enters the working directory itself.
+            if let Err(e) = plan.apply(spec.cwd.as_deref()) {
                 fail_step(e.errno, e.step as u32);
             }
         }
@@ -724,7 +724,7 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 fail(errno());
             }
         }
-        if let Some(cwd) = &spec.cwd {
+        if let (Some(cwd), None) = (&spec.cwd, spec.sandbox) {
             if libc::chdir(cwd.as_ptr()) != 0 {
                 fail(errno());
             }
