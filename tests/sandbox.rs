@@ -31,7 +31,8 @@ fn run_sh_env(tree: &Tree, sandbox: &[&str], script: &str, env: &[(&str, &str)])
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     std::fs::write(tree.oracle(), b"").expect("oracle file");
     let mut cmd = reaper();
-    cmd.args(["run", "--containment", "cgroup", "-t", "60"]).args(sandbox);
+    cmd.args(["run", "--containment", "cgroup", "-t", "60"])
+        .args(sandbox);
     if !sandbox.is_empty() {
         cmd.arg("--sandbox-rw").arg(tree.dir.path());
     }

@@ -43,7 +43,8 @@ fn ready() -> bool {
 /// writable when sandboxed.
 fn run_sh(tree: &Tree, mode: &[&str], script: &str, env: &[(&str, String)]) -> Output {
     let mut cmd = reaper();
-    cmd.args(["run", "--containment", "cgroup", "-t", "60"]).args(mode);
+    cmd.args(["run", "--containment", "cgroup", "-t", "60"])
+        .args(mode);
     if !mode.is_empty() {
         cmd.arg("--sandbox-rw").arg(tree.dir.path());
     }
@@ -175,10 +176,19 @@ fn assert_root_writes_nothing_of_the_hosts(mode: &str) {
     let left = undo_host_writes();
     let (out, err) = (stdout(&o), stderr(&o));
     assert_eq!(code(&o), 0, "{mode}: {out}\n{err}");
-    assert!(left.is_empty(), "{mode}: the sandbox wrote {left:?}:\n{out}");
+    assert!(
+        left.is_empty(),
+        "{mode}: the sandbox wrote {left:?}:\n{out}"
+    );
     assert_eq!(rc(&out, "uid"), 0, "{out}");
     assert!(out.contains("uid 0 "), "the shell is root inside: {out}");
-    for name in ["victim", "victim-dir", "request-key", "etc", "signal-caller"] {
+    for name in [
+        "victim",
+        "victim-dir",
+        "request-key",
+        "etc",
+        "signal-caller",
+    ] {
         assert_ne!(rc(&out, name), 0, "{mode}: `{name}` worked:\n{out}\n{err}");
     }
     if root_device().is_some() {
@@ -241,7 +251,15 @@ kill -0 "$TESTPID"; echo "signal-caller rc=$?""#,
 /// Starts `reaper run --sandbox --sandbox-rw DIR -- sh -c SCRIPT` in the background.
 fn background(dir: &Path, script: &str) -> std::process::Child {
     reaper()
-        .args(["run", "--containment", "cgroup", "-q", "--sandbox", "-t", "60"])
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "-q",
+            "--sandbox",
+            "-t",
+            "60",
+        ])
         .arg("--sandbox-rw")
         .arg(dir)
         .args(["--", "sh", "-c", script])
@@ -261,7 +279,11 @@ fn wait_for_line(path: &Path) -> String {
                 return t.trim().to_owned();
             }
         }
-        assert!(Instant::now() < deadline, "{} never written", path.display());
+        assert!(
+            Instant::now() < deadline,
+            "{} never written",
+            path.display()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }
@@ -338,7 +360,14 @@ fn a_mount_the_host_makes_later_stays_outside() {
         let first = lines.next().and_then(Result::ok).unwrap_or_default();
         assert_eq!(first, "ready");
         let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=64k", "reaper-test", m.to_str().unwrap()])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=64k",
+                "reaper-test",
+                m.to_str().unwrap(),
+            ])
             .status()
             .expect("mount");
         assert!(mounted.success());
@@ -351,7 +380,15 @@ fn a_mount_the_host_makes_later_stays_outside() {
         rest.join("\n")
     };
     let sandboxed = reaper()
-        .args(["run", "--containment", "cgroup", "-q", "--sandbox", "-t", "60"])
+        .args([
+            "run",
+            "--containment",
+            "cgroup",
+            "-q",
+            "--sandbox",
+            "-t",
+            "60",
+        ])
         .arg("--sandbox-rw")
         .arg(tree.dir.path())
         .args(["--", "sh", "-c", script])
@@ -371,7 +408,11 @@ fn a_mount_the_host_makes_later_stays_outside() {
     let control_out = look(control);
     let _ = Command::new("umount").arg("-l").arg(&d).status();
     let _ = std::fs::remove_dir_all(&d);
-    assert_ne!(rc(&out, "seen"), 0, "the host's later mount is inside: {out}");
+    assert_ne!(
+        rc(&out, "seen"),
+        0,
+        "the host's later mount is inside: {out}"
+    );
     assert_eq!(
         rc(&control_out, "seen"),
         0,

@@ -16,10 +16,10 @@
 #[cfg(target_os = "linux")]
 pub mod cgroup;
 pub mod pgid;
-pub mod select;
-pub(crate) mod sigstop;
 #[cfg(target_os = "linux")]
 pub(crate) mod sandbox;
+pub mod select;
+pub(crate) mod sigstop;
 #[cfg(target_os = "linux")]
 pub mod spawn;
 #[cfg(target_os = "linux")]

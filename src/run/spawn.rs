@@ -291,7 +291,9 @@ pub(crate) fn spawn(
                 let unprivileged = plan.as_ref().is_some_and(|p| p.unprivileged());
                 return Err(Failure::Sandbox(step_refused(e, unprivileged)));
             }
-            Err(CloneError::Failed(e)) if ids.is_some() && e.raw_os_error() == Some(libc::EACCES) => {
+            Err(CloneError::Failed(e))
+                if ids.is_some() && e.raw_os_error() == Some(libc::EACCES) =>
+            {
                 return Err(Failure::Sandbox(SandboxError::Stranger(cmd.explain(e))));
             }
             Err(CloneError::Failed(e)) => return Err(Failure::Io(cmd.explain(e))),

@@ -418,11 +418,7 @@ impl SandboxPlan {
             masked_dirs,
             binds,
             skeletons,
-            hidden: spec
-                .hidden
-                .iter()
-                .map(|p| c(p))
-                .collect::<Result<_, _>>()?,
+            hidden: spec.hidden.iter().map(|p| c(p)).collect::<Result<_, _>>()?,
             pid_namespace: spec.pid_namespace,
             drop_indices: drop.iter().map(|c| c.index()).collect(),
             drop_mask: drop.iter().fold(0, |m, c| m | c.bitmask()),
@@ -766,11 +762,17 @@ fn skeletons(paths: &[(PathBuf, Access)]) -> std::io::Result<Vec<Skeleton>> {
     let declared = |p: &Path| paths.iter().any(|(d, _)| p.starts_with(d));
     let mut out: Vec<(PathBuf, Vec<(PathBuf, bool)>)> = Vec::new();
     for (path, _) in paths {
-        let closed = path.ancestors().skip(1).collect::<Vec<_>>().into_iter().rev().find(|a| {
-            *a != Path::new("/")
-                && !declared(a)
-                && std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
-        });
+        let closed = path
+            .ancestors()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .find(|a| {
+                *a != Path::new("/")
+                    && !declared(a)
+                    && std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
+            });
         let Some(top) = closed else { continue };
         let is_dir = std::fs::metadata(path)?.is_dir();
         let mut entries: Vec<(PathBuf, bool)> = path
@@ -884,8 +886,8 @@ fn idmapped_binds(maps: &UserMaps, paths: &[(PathBuf, Access)]) -> std::io::Resu
 fn user_namespace_with(maps: &UserMaps) -> std::io::Result<OwnedFd> {
     let (read, write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
     let mut pidfd: std::os::fd::RawFd = -1;
-    let mut args = super::spawn::CloneArgs {
-        flags: libc::CLONE_NEWUSER as u64 | CLONE_PIDFD,
+    let mut args = super::clone_args::CloneArgs {
+        flags: libc::CLONE_NEWUSER as u64 | super::clone_args::CLONE_PIDFD,
         pidfd: &mut pidfd as *mut std::os::fd::RawFd as u64,
         exit_signal: libc::SIGCHLD as u64,
         ..Default::default()
@@ -895,8 +897,8 @@ fn user_namespace_with(maps: &UserMaps) -> std::io::Result<OwnedFd> {
     let ret = unsafe {
         libc::syscall(
             libc::SYS_clone3,
-            &mut args as *mut super::spawn::CloneArgs,
-            std::mem::size_of::<super::spawn::CloneArgs>(),
+            &mut args as *mut super::clone_args::CloneArgs,
+            std::mem::size_of::<super::clone_args::CloneArgs>(),
         )
     };
     if ret == 0 {
@@ -926,8 +928,6 @@ fn user_namespace_with(maps: &UserMaps) -> std::io::Result<OwnedFd> {
     );
     ns
 }
-
-const CLONE_PIDFD: u64 = 0x1000;
 
 /// The maps for this caller. Root: the sandbox's ids `0..count` onto `ids` (required).
 /// Anyone else: their effective uid and gid onto themselves, the only map an unprivileged
