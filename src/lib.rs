@@ -92,7 +92,7 @@ pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxErr
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
-pub use options::{ContainOptions, Containment, Delegation, Sandbox};
+pub use options::{ContainOptions, Containment, Delegation, Sandbox, SandboxAccess};
 pub use outcome::{status_parts, ExitStatus, Outcome, StopReason};
 pub use process::{BackendKind, Escapee, Identity, Process};
 pub use reaper_platform::Signal;

@@ -33,6 +33,25 @@ fn candidates(uid: u32) -> Vec<PathBuf> {
     ]
 }
 
+/// Every directory this process's runs may be recorded in, `$REAPER_RUNTIME_DIR` and the
+/// defaults alike: what a sandbox hides.
+pub(crate) fn all_candidates() -> Vec<PathBuf> {
+    let uid = rustix::process::geteuid().as_raw();
+    let mut all = candidates(uid);
+    if std::env::var_os(RUNTIME_DIR_ENV).is_some_and(|d| !d.is_empty()) {
+        let unset: Vec<PathBuf> = if uid == 0 {
+            vec!["/run/reaper".into(), "/tmp/reaper-0".into()]
+        } else {
+            vec![
+                format!("/run/user/{uid}/reaper").into(),
+                format!("/tmp/reaper-{uid}").into(),
+            ]
+        };
+        all.extend(unset);
+    }
+    all
+}
+
 /// Whether `dir` may hold `uid`'s records: a directory, not a link, owned by `uid`, closed to
 /// everyone else.
 pub(crate) fn trusted(dir: &Path, uid: u32) -> bool {

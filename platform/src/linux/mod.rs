@@ -2,6 +2,7 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+pub mod clone_args;
 pub mod controllers;
 pub mod detach;
 pub mod mountinfo;
