@@ -138,7 +138,7 @@ pub struct ListOptions {
 pub fn list(opts: ListOptions) -> Vec<RunStatus> {
     let mut all: Vec<RunStatus> = super::dir::visible()
         .into_iter()
-        .flat_map(|(dir, uid)| record::read_dir(&dir, uid))
+        .flat_map(|dir| record::read_dir(&dir))
         .map(|f| status(f, opts))
         .collect();
     all.sort_by_key(|s| (s.record.started_unix_ms, s.id));
@@ -151,8 +151,7 @@ pub fn of_this_process(opts: ListOptions) -> Vec<RunStatus> {
     let Some(dir) = super::dir::own() else {
         return Vec::new();
     };
-    let uid = rustix::process::geteuid().as_raw();
-    let mut mine: Vec<RunStatus> = record::read_dir(dir, uid)
+    let mut mine: Vec<RunStatus> = record::read_dir(dir)
         .into_iter()
         .filter(|f| Some(f.record.id.owner()) == me)
         .map(|f| status(f, opts))
@@ -196,7 +195,7 @@ impl std::error::Error for FindError {}
 pub fn find(text: &str, opts: ListOptions) -> Result<RunStatus, FindError> {
     let mut hits: Vec<RunStatus> = super::dir::visible()
         .into_iter()
-        .flat_map(|(dir, uid)| record::read_dir(&dir, uid))
+        .flat_map(|dir| record::read_dir(&dir))
         .filter(|f| f.record.id.matches(text))
         .map(|f| status(f, opts))
         .collect();

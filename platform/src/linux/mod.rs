@@ -3,9 +3,11 @@
 pub mod cgroup;
 pub mod cgroupfs;
 pub mod controllers;
+pub mod creds;
 pub mod detach;
 pub mod mountinfo;
 pub mod namespaces;
+pub mod peer;
 pub mod pidfd;
 pub mod procfs;
 pub mod proctable;
