@@ -172,14 +172,10 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
             } else {
                 opts.answer_within
             };
-            let (id, path, dir_uid) = (run.id, run.dir.clone(), run.file_uid);
-            let answer = blocking(move || {
-                let dir = Dir::open(&path, dir_uid)
-                    .ok_or_else(|| std::io::Error::other("the records directory changed"))?;
-                Asker::ask(&dir, &id, how, within)
-            })
-            .await
-            .map_err(EndError::Io)?;
+            let (id, asking) = (run.id, dir.try_clone().map_err(EndError::Io)?);
+            let answer = blocking(move || Asker::ask(&asking, &id, how, within))
+                .await
+                .map_err(EndError::Io)?;
             match answer {
                 Answer::Taken(mut asker) => {
                     let wait = opts
@@ -205,10 +201,10 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
             }
         }
     };
+    let (dir_uid, dir_gid) = (dir.uid(), dir.gid());
     let direct = Direct {
         id: run.id,
-        dir: run.dir.clone(),
-        dir_uid: dir.uid(),
+        dir,
         how,
         owner_gone: owner == Owner::Gone,
         why,
@@ -223,9 +219,8 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
         cgroup: record::cgroup_of(r, run.file_uid),
         claimed_cgroup: r.cgroup.clone(),
     };
-    if uid == 0 && dir.uid() != 0 {
-        let gid = dir.gid();
-        super::as_user::run(dir.uid(), gid, move || {
+    if uid == 0 && dir_uid != 0 {
+        super::as_user::run(dir_uid, dir_gid, move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -251,8 +246,9 @@ async fn blocking<T: Send + 'static>(
 /// A run ended without its owner: only what the kernel proves is the run's.
 struct Direct {
     id: RunId,
-    dir: PathBuf,
-    dir_uid: u32,
+    /// The records directory, as opened before anything was asked: what is at its path now
+    /// may be another.
+    dir: Dir,
     how: How,
     owner_gone: bool,
     why: &'static str,
@@ -266,16 +262,14 @@ struct Direct {
 
 impl Direct {
     async fn run(self) -> Result<Done, EndError> {
-        // Opened again on this thread, as whoever acts: every file in it is made as them.
-        let dir = Dir::open(&self.dir, self.dir_uid);
         // The owner reports the stop once it runs again (or nobody does, if it is gone).
-        if let (false, Some(dir)) = (self.owner_gone, &dir) {
-            record::write_note(dir, &self.id, self.how);
+        if !self.owner_gone {
+            record::write_note(&self.dir, &self.id, self.how);
         }
         let spare = spared();
         let tree = Tree {
             id: self.id,
-            uid: self.dir_uid,
+            uid: self.dir.uid(),
             spare: &spare,
         };
         let mut killed = 0;
@@ -306,8 +300,8 @@ impl Direct {
                 );
             }
         }
-        if let (true, Some(dir)) = (self.owner_gone, &dir) {
-            Names::of(&self.id).remove(dir);
+        if self.owner_gone {
+            Names::of(&self.id).remove(&self.dir);
         }
         Ok(Done::Directly {
             owner: self.why,

@@ -347,7 +347,12 @@ impl Asker {
             Err(Errno::CONNREFUSED | Errno::NOENT) => return Ok(Answer::NoListener),
             // The owner's backlog is full: it is not accepting.
             Err(Errno::AGAIN) => return Ok(Answer::Silent),
-            Err(e) => return Err(e.into()),
+            // Not a socket the owner listens on (a datagram socket put there: EPROTOTYPE).
+            Err(e) => {
+                return Ok(Answer::NotTheOwner(format!(
+                    "the run's socket takes no connection: {e}"
+                )))
+            }
         }
         let sock = UnixStream::from(sock);
         // The kernel's word for who listens: the owner, alive, or nobody worth asking.
@@ -377,6 +382,8 @@ impl Asker {
         let deadline = Instant::now() + within;
         match asker.next(deadline)? {
             Some(l) if l.starts_with("ok ") => Ok(Answer::Taken(asker)),
+            // Too many askers at once: the owner is as good as silent.
+            Some(l) if l == "error: busy" => Ok(Answer::Silent),
             Some(l) => Ok(Answer::Refused(
                 l.strip_prefix("error: ").unwrap_or(&l).to_owned(),
             )),

@@ -76,6 +76,16 @@ impl Dir {
         })
     }
 
+    /// Another descriptor of the same directory.
+    pub(crate) fn try_clone(&self) -> std::io::Result<Dir> {
+        Ok(Dir {
+            fd: self.fd.try_clone()?,
+            path: self.path.clone(),
+            uid: self.uid,
+            gid: self.gid,
+        })
+    }
+
     /// The path it was opened at (for messages, and for a reader to open it again).
     pub(crate) fn path(&self) -> &Path {
         &self.path
