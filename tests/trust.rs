@@ -168,6 +168,7 @@ fn a_rewritten_record_cannot_retarget_a_kill_to_an_outside_process() {
     .env(RUNTIME_DIR_ENV, s.records())
     .spawn()
     .expect("reaper run");
+    ends.add(owner.id() as i32);
     let id = written(&planted, Duration::from_secs(20));
     let o = reaper_as(Some(&s.records()), &["kill", &id]);
     assert!(
@@ -280,6 +281,7 @@ fn root_ending_a_users_run_has_no_more_power_than_the_user() {
     .stderr(Stdio::null())
     .spawn()
     .expect("the user's run");
+    ends.add(owner.id() as i32);
     let id = written(&planted, Duration::from_secs(20));
     let o = reaper_as(None, &["kill", &id]);
     let err = common::stderr(&o);
@@ -306,6 +308,7 @@ fn a_sandboxed_root_tree_cannot_write_through_a_link() {
         return;
     }
     let s = Scratch::new();
+    let mut ends = Ends::default();
     let victim = s.0.path().join("victim");
     std::fs::write(&victim, "precious").expect("the victim");
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).expect("chmod");
@@ -328,6 +331,7 @@ fn a_sandboxed_root_tree_cannot_write_through_a_link() {
     .env(RUNTIME_DIR_ENV, s.records())
     .spawn()
     .expect("reaper run");
+    ends.add(owner.id() as i32);
     let said = written(&answer, Duration::from_secs(20));
     let status = wait(&mut owner);
     assert_eq!(
@@ -355,6 +359,7 @@ fn a_users_tree_cannot_redirect_roots_writes() {
         return;
     }
     let s = Scratch::new();
+    let mut ends = Ends::default();
     let victim = s.0.path().join("victim");
     std::fs::write(&victim, "precious").expect("the victim");
     let victim_dir = s.0.path().join("victim-dir");
@@ -376,6 +381,7 @@ fn a_users_tree_cannot_redirect_roots_writes() {
     .stderr(Stdio::null())
     .spawn()
     .expect("the user's run");
+    ends.add(owner.id() as i32);
     let id = written(&ready, Duration::from_secs(20));
     let o = reaper_as(None, &["stop", "--answer-within", "2s", &id]);
     // Put the user's directory back, whatever the tree did to it.
@@ -417,6 +423,7 @@ fn a_run_takes_no_order_from_its_own_tree() {
         return;
     }
     let s = Scratch::new();
+    let mut ends = Ends::default();
     let answer = s.out("answer");
     let report = s.out("report.json");
     let mut owner = hostile_run(
@@ -427,6 +434,7 @@ fn a_run_takes_no_order_from_its_own_tree() {
     .env(RUNTIME_DIR_ENV, s.records())
     .spawn()
     .expect("reaper run");
+    ends.add(owner.id() as i32);
     let said = written(&answer, Duration::from_secs(20));
     let status = wait(&mut owner);
     assert!(
@@ -445,12 +453,14 @@ fn a_sandboxed_run_cannot_order_a_sibling_killed() {
         return;
     }
     let s = Scratch::new();
+    let mut ends = Ends::default();
     let mut sibling = reaper()
         .args(["run", "--", "sleep", "600"])
         .env(RUNTIME_DIR_ENV, s.records())
         .stdin(Stdio::null())
         .spawn()
         .expect("the sibling");
+    ends.add(sibling.id() as i32);
     let socket = || {
         std::fs::read_dir(s.records())
             .ok()?
@@ -472,6 +482,7 @@ fn a_sandboxed_run_cannot_order_a_sibling_killed() {
     .env(RUNTIME_DIR_ENV, s.records())
     .spawn()
     .expect("the attacker");
+    ends.add(attacker.id() as i32);
     let said = written(&answer, Duration::from_secs(20));
     wait(&mut attacker);
     assert!(said.contains(&sock), "the sibling was not asked: {said}");
@@ -501,12 +512,14 @@ fn a_copied_record_does_not_shadow_the_run() {
     if !root_python() || !have(Need::Program("setpriv")) {
         return;
     }
+    let mut ends = Ends::default();
     let mut run = reaper()
         .args(["run", "--", "sleep", "600"])
         .env_remove(RUNTIME_DIR_ENV)
         .stdin(Stdio::null())
         .spawn()
         .expect("root's run");
+    ends.add(run.id() as i32);
     let pid = run.id();
     let listed = |id: Option<&str>| -> Vec<serde_json::Value> {
         let o = reaper_as(None, &["ps", "--json"]);
@@ -624,11 +637,12 @@ fn fifos_and_huge_files_block_and_grow_nobody() {
     };
     assert!(within(&["ps", "--json"]).success(), "reaper ps");
     within(&["audit", "--json"]);
-    // The sweep runs with the first run of a process in this directory.
-    assert!(within(&["run", "--", "true"]).success());
+    // The sweep runs in the background of the first run of a process in this directory: that
+    // run lasts until the stale record is gone (or its timeout, 124).
+    let gone = format!("while [ -e {} ]; do sleep 0.02; done", stale.display());
     assert!(
-        common::wait_until(Duration::from_secs(20), || !stale.exists()),
-        "the record sweep did not get to the stale record"
+        within(&["run", "--timeout", "20s", "--", "sh", "-c", &gone]).success(),
+        "the record sweep did not get past the fifo and the sparse file to the stale record"
     );
     // The owner reads the note of an outside stop when its run ends.
     for kind in ["fifo", "sparse"] {
@@ -641,6 +655,7 @@ fn fifos_and_huge_files_block_and_grow_nobody() {
         .env(RUNTIME_DIR_ENV, &records)
         .spawn()
         .expect("reaper run");
+        ends.add(owner.id() as i32);
         let (status, max_rss_kib) = wait_measured(owner, Duration::from_secs(30));
         written(&planted, Duration::ZERO);
         assert_eq!(
@@ -745,6 +760,7 @@ fn a_flood_of_connections_neither_delays_nor_grows_the_owner() {
         return;
     }
     let s = Scratch::new();
+    let mut ends = Ends::default();
     let planted = s.out("planted");
     let owner = hostile_run(
         &s,
@@ -754,6 +770,7 @@ fn a_flood_of_connections_neither_delays_nor_grows_the_owner() {
     .env(RUNTIME_DIR_ENV, s.records())
     .spawn()
     .expect("reaper run");
+    ends.add(owner.id() as i32);
     let id = written(&planted, Duration::from_secs(20));
     let sock = s.records().join(format!("{id}.sock"));
     let mut held = Vec::new();
@@ -786,6 +803,7 @@ fn an_answer_from_anyone_but_the_owner_is_not_believed() {
     }
     for mode in ["stream", "dgram"] {
         let s = Scratch::new();
+        let mut ends = Ends::default();
         let ready = s.out("ready");
         let mut owner = hostile_run(
             &s,
@@ -801,6 +819,7 @@ fn an_answer_from_anyone_but_the_owner_is_not_believed() {
         .env(RUNTIME_DIR_ENV, s.records())
         .spawn()
         .expect("reaper run");
+        ends.add(owner.id() as i32);
         let id = written(&ready, Duration::from_secs(20));
         let o = reaper_as(Some(&s.records()), &["stop", &id]);
         let err = common::stderr(&o);
