@@ -588,7 +588,7 @@ fn fifos_and_huge_files_block_and_grow_nobody() {
     let fake = |n: u32| format!("{pidns}-4194303-1-{n}");
     rustix::fs::mkfifoat(
         rustix::fs::CWD,
-        &records.join(format!("{}.json", fake(0))),
+        records.join(format!("{}.json", fake(0))),
         rustix::fs::Mode::from_raw_mode(0o600),
     )
     .expect("a fifo record");
