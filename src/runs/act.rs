@@ -96,9 +96,6 @@ pub enum EndError {
     /// The owner is in another PID namespace: neither it nor the pids of its run mean anything
     /// here.
     OwnerElsewhere,
-    /// The record names a cgroup that is not the run's (not under the cgroup2 mount, another
-    /// name, another user's): nothing was signalled.
-    NotTheRunsCgroup(std::path::PathBuf),
     /// Something was left alive after SIGKILL (uninterruptible sleep, a frozen process).
     Survived(String),
     /// The owner refused the request, and said why (this process is one of a run's, or not
@@ -118,12 +115,6 @@ impl std::fmt::Display for EndError {
             EndError::OwnerElsewhere => write!(
                 f,
                 "the run's owner is in another PID namespace; end it from there"
-            ),
-            EndError::NotTheRunsCgroup(p) => write!(
-                f,
-                "the record names {} as the run's cgroup, which is not a cgroup of this run; \
-                 nothing was signalled",
-                p.display()
             ),
             EndError::Survived(what) => write!(f, "still alive after SIGKILL: {what}"),
             EndError::Refused(why) => write!(f, "the run's owner refused: {why}"),
