@@ -786,6 +786,10 @@ fn a_flood_of_connections_neither_delays_nor_grows_the_owner() {
         held.len()
     );
     let (status, max_rss_kib) = wait_measured(owner, Duration::from_secs(30));
+    eprintln!(
+        "owner's peak RSS with {} connections from outside and 2000 from its tree: {max_rss_kib} KiB",
+        held.len()
+    );
     assert_eq!(status, Some(124), "the run did not end by its timeout");
     assert!(
         max_rss_kib < 100 * 1024,
@@ -834,4 +838,46 @@ fn an_answer_from_anyone_but_the_owner_is_not_believed() {
             "{mode}: the tree was not ended: {status:?}"
         );
     }
+}
+
+/// The run's user, from outside every run, still ends its run through its owner.
+#[test]
+fn a_user_ends_their_own_run_through_its_owner() {
+    if !have(Need::Root) || !have(Need::Program("setpriv")) {
+        return;
+    }
+    let mut ends = Ends::default();
+    let mut run = as_nobody(reaper().args(["run", "--", "sleep", "600"]))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the user's run");
+    ends.add(run.id() as i32);
+    // `PID-N`: N is 1 when a cgroup could not be made for the run first.
+    let listed = || -> Option<String> {
+        let o = as_nobody(reaper().args(["ps", "--json"])).output().ok()?;
+        let all: Vec<serde_json::Value> = serde_json::from_slice(&o.stdout).ok()?;
+        all.iter().find_map(|r| {
+            let s = r["short_id"].as_str()?;
+            s.starts_with(&format!("{}-", run.id()))
+                .then(|| s.to_owned())
+        })
+    };
+    assert!(
+        common::wait_until(Duration::from_secs(20), || listed().is_some()),
+        "the run is listed"
+    );
+    let short = listed().unwrap_or_default();
+    let o = as_nobody(reaper().args(["stop", &short]))
+        .stdin(Stdio::null())
+        .output()
+        .expect("reaper stop");
+    let err = common::stderr(&o);
+    assert_eq!(common::code(&o), 0, "{err}");
+    assert!(
+        err.contains("by its owner") && err.contains("stop_reason stopped"),
+        "{err}"
+    );
+    wait(&mut run);
 }
