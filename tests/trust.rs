@@ -694,7 +694,8 @@ fn wait_measured(mut child: Child, within: Duration) -> (Option<i32>, i64) {
 }
 
 /// A root process moved into a cgroup of uid 65534's named after a run whose owner is gone
-/// looks certain to `reaper audit`; `reaper audit --kill` (root) acts as 65534 and leaves it.
+/// looks certain to `reaper audit`; `reaper audit --kill` (root) acts as 65534 and leaves it
+/// (named, so that nothing else certain on the machine is killed by this test).
 #[test]
 fn audit_kill_leaves_a_process_disguised_as_a_users_leak() {
     if !have(Need::Root) || !have(Need::Cgroup) {
@@ -739,7 +740,7 @@ fn audit_kill_leaves_a_process_disguised_as_a_users_leak() {
         certain.contains(&format!("\"pid\":{pid},")),
         "the disguise did not work: {certain}"
     );
-    let o = reaper_as(None, &["audit", "--kill"]);
+    let o = reaper_as(None, &["audit", "--kill", &format!("{pid}@{start}")]);
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(
         common::alive(pid, start),

@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 
 use serde::Serialize;
 
-use super::Leak;
+use super::{Census, Leak};
 use crate::containment::Process;
 use crate::runs::RunId;
 use crate::Identity;
@@ -76,36 +76,70 @@ pub fn kill(targets: &[Identity]) -> Vec<Killed> {
 /// is provably of: the owner of the run cgroup it lives in, else the owner of its root
 /// process; anyone else kills with their own power.
 pub fn kill_leaks(leaks: &[Leak]) -> Vec<Killed> {
-    let me = rustix::process::geteuid().as_raw();
+    leaks
+        .iter()
+        .flat_map(|l| kill_as(acting_uid(l), &l.identities()))
+        .collect()
+}
+
+/// Kills `targets`, each as [`kill_leaks`] would when it belongs to a leak of `census`
+/// (certain or suspect), with this process's own power when it belongs to none.
+pub fn kill_chosen(census: &Census, targets: &[Identity]) -> Vec<Killed> {
+    let mut left: Vec<Identity> = targets.to_vec();
     let mut out = Vec::new();
-    for leak in leaks {
-        let targets = leak.identities();
-        let user = if me == 0 { whose(leak) } else { Some(me) };
-        match user {
-            Some(0) => out.extend(kill(&targets)),
-            Some(uid) if uid == me => out.extend(kill(&targets)),
-            Some(uid) => {
-                let gid = gid_of(uid);
-                match crate::runs::as_user::run_blocking(uid, gid, || kill(&targets)) {
-                    Ok(k) => out.extend(k),
-                    Err(e) => {
-                        tracing::warn!("cannot act as uid {uid}: {e}");
-                        out.extend(targets.iter().map(|t| Killed {
-                            pid: t.pid,
-                            starttime: t.starttime,
-                            result: "not-permitted",
-                        }));
-                    }
-                }
-            }
-            None => out.extend(targets.iter().map(|t| Killed {
+    for leak in census.certain.iter().chain(&census.suspect) {
+        let ids = leak.identities();
+        let chosen: Vec<Identity> = left.iter().filter(|t| ids.contains(t)).copied().collect();
+        if chosen.is_empty() {
+            continue;
+        }
+        left.retain(|t| !chosen.contains(t));
+        out.extend(kill_as(acting_uid(leak), &chosen));
+    }
+    out.extend(kill(&left));
+    out.sort_by_key(|k| {
+        targets
+            .iter()
+            .position(|t| t.pid == k.pid && t.starttime == k.starttime)
+    });
+    out
+}
+
+/// Whom to act as on `leak`: the user it is of when this process is root (`None`: unknown,
+/// so nobody), else this process's own user.
+fn acting_uid(leak: &Leak) -> Option<u32> {
+    let me = rustix::process::geteuid().as_raw();
+    if me == 0 {
+        whose(leak)
+    } else {
+        Some(me)
+    }
+}
+
+/// [`kill`] as user `uid` (on a thread that became that user, when it is not this process's).
+fn kill_as(uid: Option<u32>, targets: &[Identity]) -> Vec<Killed> {
+    let me = rustix::process::geteuid().as_raw();
+    let all = |result| {
+        targets
+            .iter()
+            .map(|t| Killed {
                 pid: t.pid,
                 starttime: t.starttime,
-                result: "gone",
-            })),
-        }
+                result,
+            })
+            .collect()
+    };
+    match uid {
+        Some(uid) if uid == me => kill(targets),
+        Some(uid) => match crate::runs::as_user::run_blocking(uid, gid_of(uid), || kill(targets)) {
+            Ok(k) => k,
+            Err(e) => {
+                tracing::warn!("cannot act as uid {uid}: {e}");
+                all("not-permitted")
+            }
+        },
+        None => all("not-permitted"),
     }
-    out
 }
 
 /// The user a leak is provably of: whoever made the run cgroup its root lives in, else whoever

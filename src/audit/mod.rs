@@ -31,7 +31,7 @@ use std::time::Instant;
 use reaper_platform::linux::procfs::{self, ProcStat};
 use serde::Serialize;
 
-pub use kill::{kill, kill_leaks, Killed};
+pub use kill::{kill, kill_chosen, kill_leaks, Killed};
 
 use crate::runs::{record, RunId, RUN_ID_ENV};
 use crate::Identity;

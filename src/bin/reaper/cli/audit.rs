@@ -12,9 +12,9 @@ pub struct AuditArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Kill what is certain (processes of runs whose reaper is gone), as the user each leak is
-    /// of — or, with PID@START values (as the report prints them), those processes only.
-    /// Through pidfds checked on the start time, never by name.
+    /// Kill what is certain (processes of runs whose reaper is gone) — or, with PID@START
+    /// values (as the report prints them), those processes only. Root kills a leak as the user
+    /// it is of. Through pidfds checked on the start time, never by name.
     #[arg(long, num_args = 0.., value_name = "PID@START")]
     pub kill: Option<Vec<String>>,
 }
@@ -61,7 +61,8 @@ fn kill(census: &Census, named: &[String], json: bool) -> u8 {
                 }
             }
         }
-        audit::kill(&t)
+        // Each as the user of the leak it belongs to, if it belongs to one.
+        audit::kill_chosen(census, &t)
     };
     if json {
         match serde_json::to_string_pretty(&results) {
