@@ -170,6 +170,18 @@ fn a_rewritten_record_cannot_retarget_a_kill_to_an_outside_process() {
     .expect("reaper run");
     ends.add(owner.id() as i32);
     let id = written(&planted, Duration::from_secs(20));
+    // `ps` shows the record's claims, but not the innocent as one of the run's processes.
+    let ps = reaper_as(Some(&s.records()), &["ps", "--tree", "--json"]);
+    let runs: Vec<serde_json::Value> = serde_json::from_slice(&ps.stdout).expect("JSON");
+    let listed: Vec<i64> = runs
+        .iter()
+        .flat_map(|r| r["processes"].as_array().cloned().unwrap_or_default())
+        .filter_map(|p| p["pid"].as_i64())
+        .collect();
+    assert!(
+        !listed.contains(&i64::from(ipid)),
+        "ps lists the innocent as the run's: {listed:?}"
+    );
     let o = reaper_as(Some(&s.records()), &["kill", &id]);
     assert!(
         common::alive(ipid, istart),
