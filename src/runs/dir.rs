@@ -31,6 +31,9 @@ pub const RUNTIME_DIR_ENV: &str = "REAPER_RUNTIME_DIR";
 /// The most of a file in a records directory that is ever read: a record is well under it.
 pub(crate) const MAX_FILE: usize = 64 * 1024;
 
+/// The most names read from a records directory.
+const MAX_NAMES: usize = 65536;
+
 /// The directories a process of `uid` writes its records to, in order of preference.
 fn candidates(uid: u32) -> Vec<PathBuf> {
     if let Some(d) = std::env::var_os(RUNTIME_DIR_ENV).filter(|d| !d.is_empty()) {
@@ -101,13 +104,20 @@ impl Dir {
         self.gid
     }
 
-    /// The names in it.
+    /// The names in it (not starting with `.`), the first [`MAX_NAMES`] of them.
     pub(crate) fn names(&self) -> Vec<String> {
         let Ok(mut rd) = rustix::fs::Dir::read_from(&self.fd) else {
             return Vec::new();
         };
         let mut out = Vec::new();
         while let Some(Ok(e)) = rd.read() {
+            if out.len() == MAX_NAMES {
+                tracing::warn!(
+                    "{}: only the first {MAX_NAMES} names are read",
+                    self.path.display()
+                );
+                break;
+            }
             if let Ok(n) = e.file_name().to_str() {
                 if !n.starts_with('.') {
                     out.push(n.to_owned());

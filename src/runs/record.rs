@@ -140,6 +140,46 @@ pub(crate) fn boot_id() -> &'static str {
     })
 }
 
+/// Shortens what a record quotes (the command line, the request id) until it is well under
+/// what a reader reads ([`super::dir::MAX_FILE`]): a record is for showing, and an argv may
+/// be as long as the kernel allows (megabytes).
+pub(crate) fn fit(record: &mut RunRecord) {
+    const MAX_ARG: usize = 4096;
+    let cut = |s: &str, max: usize| -> String {
+        if s.len() <= max {
+            return s.to_owned();
+        }
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    };
+    if let Some(r) = &record.request_id {
+        record.request_id = Some(cut(r, 1024));
+    }
+    let whole = std::mem::take(&mut record.argv);
+    let mut budget = 32 * 1024;
+    loop {
+        let mut left = budget;
+        record.argv = Vec::new();
+        for a in &whole {
+            if left == 0 {
+                record.argv.push("…".into());
+                break;
+            }
+            let arg = cut(a, MAX_ARG.min(left));
+            left = left.saturating_sub(arg.len());
+            record.argv.push(arg);
+        }
+        let small = serde_json::to_vec(record).is_ok_and(|j| j.len() <= super::dir::MAX_FILE / 2);
+        if small || budget < 64 {
+            return;
+        }
+        budget /= 2;
+    }
+}
+
 /// Writes `record` into `dir` whole (a new file renamed over the old: a reader sees the old
 /// record or the new, and whatever the tree put at its name is replaced, not written through).
 pub(crate) fn write(dir: &Dir, record: &RunRecord) -> std::io::Result<()> {
@@ -157,13 +197,28 @@ pub(crate) struct Found {
     pub file_uid: u32,
 }
 
-/// Every record in `dir` that reads as one and is its user's own.
+/// The most records read from one directory: what a reader holds stays bounded whatever a
+/// user puts there (each record is at most [`super::dir::MAX_FILE`]).
+const MAX_RECORDS: usize = 4096;
+
+/// Every record in `dir` that reads as one and is its user's own (the first [`MAX_RECORDS`]).
 pub(crate) fn read_dir(dir: &Dir) -> Vec<Found> {
-    dir.names()
+    let mut ids: Vec<RunId> = dir
+        .names()
         .iter()
         .filter_map(|n| n.strip_suffix(".json")?.parse::<RunId>().ok())
-        .filter_map(|id| read_one(dir, &id))
-        .collect()
+        .collect();
+    if ids.len() > MAX_RECORDS {
+        tracing::warn!(
+            "{} holds {} records; only {MAX_RECORDS} are read",
+            dir.path().display(),
+            ids.len()
+        );
+        // Which ones is arbitrary: a user who fills their directory hides only their own runs.
+        ids.sort();
+        ids.truncate(MAX_RECORDS);
+    }
+    ids.iter().filter_map(|id| read_one(dir, id)).collect()
 }
 
 /// The record of run `id` in `dir`, if it is there, reads as one, and is the directory's
@@ -408,6 +463,25 @@ mod tests {
         old.boot_id = "another boot".into();
         assert_eq!(owner(&old), Owner::Gone);
         std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn a_huge_command_line_is_cut_to_fit() {
+        let mut r = record("1-2-3-4");
+        r.argv = vec!["\u{1}".repeat(1 << 20), "x".repeat(1 << 20), "y".into()];
+        r.request_id = Some("z".repeat(1 << 16));
+        fit(&mut r);
+        let json = serde_json::to_vec(&r).unwrap();
+        assert!(
+            json.len() <= super::super::dir::MAX_FILE / 2,
+            "{}",
+            json.len()
+        );
+        assert!(r.argv[0].starts_with('\u{1}') && r.argv[0].ends_with('…'));
+        let mut short = record("1-2-3-5");
+        let before = short.clone();
+        fit(&mut short);
+        assert_eq!(short, before, "a usual record is left as it is");
     }
 
     #[test]

@@ -26,8 +26,9 @@ impl Registration {
     /// Records `record` in this process's records directory and binds its control socket
     /// there. `None` when there is no directory to record it in, or the record cannot be
     /// written (the run goes on, unrecorded: `reaper ps` does not show it).
-    pub(crate) fn new(record: RunRecord) -> Option<Registration> {
+    pub(crate) fn new(mut record: RunRecord) -> Option<Registration> {
         let dir = dir::own()?;
+        record::fit(&mut record);
         sweep_once(dir);
         let names = Names::of(&record.id);
         if let Err(e) = record::write(dir, &record) {
