@@ -68,8 +68,9 @@ pub enum Done {
     },
     /// Without the owner.
     Directly {
-        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`, or `kept` (the
-        /// run was kept alive outside reaper).
+        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`, `kept` (the run
+        /// was kept alive outside reaper), or `impostor` (something else listens at the run's
+        /// socket).
         owner: &'static str,
         /// How many processes were ended.
         killed: usize,
@@ -185,7 +186,7 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
                 Answer::NoListener if !recorded(&dir) => return Ok(Done::AlreadyOver),
                 Answer::NotTheOwner(who) => {
                     tracing::warn!("run {}: {who}; ending it without", run.id);
-                    "not-answering"
+                    "impostor"
                 }
                 _ if stopped => "stopped",
                 _ => "not-answering",
