@@ -351,8 +351,9 @@ fn a_sandboxed_root_tree_cannot_write_through_a_link() {
         "precious",
         "written through the link (the owner answered {said:?})"
     );
+    // Refused — or, once the sandbox hides the records directory, not even sent.
     assert!(
-        said.starts_with("error:"),
+        said.starts_with("error:") || said.starts_with("unreachable:"),
         "the owner took its own tree's order: {said}"
     );
     assert!(
@@ -497,7 +498,11 @@ fn a_sandboxed_run_cannot_order_a_sibling_killed() {
     ends.add(attacker.id() as i32);
     let said = written(&answer, Duration::from_secs(20));
     wait(&mut attacker);
-    assert!(said.contains(&sock), "the sibling was not asked: {said}");
+    // Asked and refused — or, once the sandbox hides the records directory, not reachable.
+    assert!(
+        said.contains(&sock) || said.starts_with("unreachable:"),
+        "the sibling was not asked: {said}"
+    );
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         sibling.try_wait().expect("try_wait").is_none(),
