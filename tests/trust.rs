@@ -675,6 +675,7 @@ fn fifos_and_huge_files_block_and_grow_nobody() {
         ends.add(owner.id() as i32);
         let (status, max_rss_kib) = wait_measured(owner, Duration::from_secs(30));
         written(&planted, Duration::ZERO);
+        eprintln!("{kind} note: the owner's peak RSS was {max_rss_kib} KiB");
         assert_eq!(
             status,
             Some(0),
