@@ -1,19 +1,27 @@
 //! The run's escapees: processes of the tree that left the run's cgroup.
 //!
 //! Root can write itself into any `cgroup.procs`, and a user into any below a cgroup it owns
-//! (systemd `Delegate=yes`). Such a process is still the run's: it descends from the leader,
-//! and reaper is a child subreaper, so while its parent lives it is found through
-//! `/proc/PID/task/*/children` of the members, and once orphaned it is reaper's own child. It
-//! is stopped with the rest (SIGSTOP until no new one appears, SIGKILL through pidfds) and named
-//! in every report. With several runs in one reaper process (`reaper mcp`), an orphan outside
-//! every run cgroup that no run saw before it was orphaned cannot be attributed to one of them:
-//! it is left to reaper's exit (then to PID 1).
+//! (systemd `Delegate=yes`). Such a process is still the run's: it descends from the leader, so
+//! while its parent lives it is found by walking down from the run's members
+//! (`/proc/PID/task/*/children`, each step's parent checked), and once seen it is remembered by
+//! pid and start time. It is stopped with the rest (SIGSTOP until no new one appears, SIGKILL
+//! through pidfds) and named in every report.
+//!
+//! An escapee whose parent dies before a look saw it is an orphan. It reparents to the nearest
+//! child subreaper: this process only after `own_every_child` (the declaration that this
+//! process starts no children of its own), and then, while the run is this process's only one,
+//! any child of it outside every run cgroup that started after the leader is the run's. Without
+//! the declaration such a child may be the program's own, and nothing tells them apart: the
+//! orphan is not looked for (it went to PID 1, or to a subreaper above). With several runs in one
+//! reaper process (`reaper mcp`), an orphan that no run saw before it was orphaned cannot be
+//! attributed to one of them either: it is left to reaper's exit (then to PID 1).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use reaper_platform::linux::procfs;
+use reaper_platform::reap;
 
 use crate::containment::sigstop::{self, Stopped};
 use crate::process::{Escapee, Identity, Process};
@@ -23,8 +31,8 @@ struct LiveRun {
     id: u64,
     /// Its path in the unified hierarchy.
     path: String,
-    /// No other run was live at any time since it started: an orphan outside every run cgroup
-    /// that started after its leader can only be its.
+    /// No other run was live at any time since it started: after `own_every_child`, an orphan
+    /// outside every run cgroup that started after its leader can only be its.
     alone: bool,
 }
 
@@ -143,10 +151,11 @@ impl Escapees {
     }
 
     /// reaper's live children outside the run cgroup that are this run's: the leader, an
-    /// escapee seen before, or — while this run has been reaper's only one — any process in no
-    /// run cgroup of reaper's that started after the leader (an orphan of the tree, reparented
-    /// to reaper the subreaper). One read of reaper's children when there is none: the common
-    /// end pays only that.
+    /// escapee seen before, or — after `own_every_child`, and while this run has been reaper's
+    /// only one — any process in no run cgroup of reaper's that started after the leader (an
+    /// orphan of the tree, reparented to reaper the subreaper). Without the declaration such a
+    /// child may be the program's own: never taken. One read of reaper's children when there
+    /// is none: the common end pays only that.
     fn orphans(&self) -> Vec<(procfs::ProcStat, String)> {
         let Some(me) = self.self_pid else {
             return Vec::new();
@@ -158,7 +167,7 @@ impl Escapees {
         let (alone, runs): (bool, Vec<String>) = {
             let live = live();
             (
-                live.iter().any(|r| r.id == self.id && r.alone),
+                reap::reaps_every_child() && live.iter().any(|r| r.id == self.id && r.alone),
                 live.iter().map(|r| r.path.clone()).collect(),
             )
         };
@@ -166,6 +175,8 @@ impl Escapees {
         children
             .into_iter()
             .filter_map(|pid| procfs::stat(pid).ok())
+            // A listed pid reused meanwhile names a process with another parent.
+            .filter(|s| s.ppid == me)
             .filter(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
             .filter_map(|s| {
                 let cg = procfs::cgroup(s.pid)?;
@@ -191,9 +202,9 @@ impl Escapees {
         if self.self_pid.is_none() {
             return Vec::new();
         }
-        let mut visited: HashSet<i32> = members.iter().copied().collect();
+        let mut queue: Vec<Identity> = members.into_iter().filter_map(|m| self.member(m)).collect();
+        let mut visited: HashSet<i32> = queue.iter().map(|m| m.pid).collect();
         let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
-        let mut queue = members;
         self.walk_down(&mut queue, &mut visited, &mut found);
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
@@ -207,7 +218,7 @@ impl Escapees {
         }
         for (s, cg) in tops {
             if visited.insert(s.pid) && !within(&cg, &self.path) {
-                queue.push(s.pid);
+                queue.push(s.identity());
                 found.push((s, cg));
             }
         }
@@ -215,33 +226,42 @@ impl Escapees {
         self.name(found)
     }
 
+    /// `pid` (read from `cgroup.procs`) as a process to walk down from: live, and in the run's
+    /// cgroup while its pid named it (the walk below checks that it still does). One that has
+    /// left since is found through its parent, like any escapee.
+    fn member(&self, pid: i32) -> Option<Identity> {
+        let s = procfs::stat(pid).ok()?;
+        // A zombie has no children: they were reparented when it exited.
+        if s.is_dead() {
+            return None;
+        }
+        within(&procfs::cgroup(pid)?, &self.path).then(|| s.identity())
+    }
+
     /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
+    /// Each step is proved ([`procfs::children_of`]): a pid reused meanwhile is not followed.
     fn walk_down(
         &self,
-        queue: &mut Vec<i32>,
+        queue: &mut Vec<Identity>,
         visited: &mut HashSet<i32>,
         found: &mut Vec<(procfs::ProcStat, String)>,
     ) {
         while let Some(p) = queue.pop() {
-            for c in procfs::children(p) {
-                if !visited.insert(c) {
+            for s in procfs::children_of(p) {
+                if !visited.insert(s.pid) {
                     continue;
                 }
-                let Ok(s) = procfs::stat(c) else { continue };
                 if s.is_dead() || self.exclude.contains(&s.identity()) {
                     continue;
                 }
-                let Some(cg) = procfs::cgroup(c) else {
+                let Some(cg) = procfs::cgroup(s.pid) else {
                     continue;
                 };
-                if within(&cg, &self.path) {
-                    // A process: walked as one when `from_members`; its subtree is the run's
-                    // either way.
-                    queue.push(c);
-                    continue;
+                // Inside: a member, whose subtree is the run's. Outside: an escapee.
+                queue.push(s.identity());
+                if !within(&cg, &self.path) {
+                    found.push((s, cg));
                 }
-                queue.push(c);
-                found.push((s, cg));
             }
         }
     }
@@ -302,10 +322,10 @@ impl Escapees {
         let mut first = Some(members);
         sigstop::stop(|_round| {
             // The first look also walks the members' children: an escapee below a member is
-            // found there while its parent lives, or in reaper's children, read after, once
-            // the parent has died. Without it, it would be reparented to reaper a moment after
-            // the cgroup reads empty (the kernel leaves the cgroup before it hands the children
-            // over), and could be missed.
+            // found there while its parent lives, or (after `own_every_child`) in reaper's
+            // children, read after, once the parent has died. Without it, it would be
+            // reparented to reaper a moment after the cgroup reads empty (the kernel leaves
+            // the cgroup before it hands the children over), and could be missed.
             self.find(first.take().unwrap_or_default())
                 .into_iter()
                 .map(|e| e.process)
