@@ -182,20 +182,35 @@ pub fn children(pid: i32) -> Vec<i32> {
 /// anywhere on the machine); a process whose parent's pid named `parent` all along is
 /// `parent`'s child.
 pub fn children_of(parent: Identity) -> Vec<ProcStat> {
-    proved_children(parent, children(parent.pid), |pid| stat(pid).ok())
+    children_among(parent, children(parent.pid), |_| true)
 }
 
-/// [`children_of`] over `listed` (a `children` list of `parent.pid`), read through `stat`.
+/// [`children_of`] from `listed`, a [`children`] list of `parent.pid` (read before, by a caller
+/// that needed to know whether it is empty), reading only the pids `want` accepts.
+pub fn children_among(
+    parent: Identity,
+    listed: Vec<i32>,
+    want: impl FnMut(i32) -> bool,
+) -> Vec<ProcStat> {
+    proved_children(parent, listed, want, |pid| stat(pid).ok())
+}
+
+/// [`children_among`], reading through `stat`.
 fn proved_children(
     parent: Identity,
     listed: Vec<i32>,
+    mut want: impl FnMut(i32) -> bool,
     stat: impl Fn(i32) -> Option<ProcStat>,
 ) -> Vec<ProcStat> {
     let out: Vec<ProcStat> = listed
         .into_iter()
+        .filter(|&pid| want(pid))
         .filter_map(&stat)
         .filter(|s| s.ppid == parent.pid)
         .collect();
+    if out.is_empty() {
+        return out;
+    }
     // A start time cannot come back: if `parent` is alive (or a zombie) now, its pid named it
     // while each child was read.
     match stat(parent.pid) {
@@ -393,14 +408,14 @@ mod tests {
             |rows: Vec<ProcStat>| move |pid: i32| rows.iter().find(|r| r.pid == pid).cloned();
         // 101 is the parent's; 102 was, and its pid now names a process of parent 1.
         let now = table(vec![row(100, 1, 5), row(101, 100, 6), row(102, 1, 7)]);
-        let kids = proved_children(parent, vec![101, 102, 103], now);
+        let kids = proved_children(parent, vec![101, 102, 103], |_| true, now);
         assert_eq!(kids.iter().map(|s| s.pid).collect::<Vec<_>>(), vec![101]);
         // The parent's pid names a younger process: none of what the list said is proved.
         let reused = table(vec![row(100, 1, 9), row(101, 100, 10)]);
-        assert!(proved_children(parent, vec![101], reused).is_empty());
+        assert!(proved_children(parent, vec![101], |_| true, reused).is_empty());
         // The parent is gone.
         let gone = table(vec![row(101, 100, 6)]);
-        assert!(proved_children(parent, vec![101], gone).is_empty());
+        assert!(proved_children(parent, vec![101], |_| true, gone).is_empty());
     }
 
     /// On the real `/proc`: this process's own child is its child; under a start time this

@@ -66,6 +66,26 @@ pub fn within(cg: &str, run: &str) -> bool {
     cg == run || cg.strip_prefix(run).is_some_and(|r| r.starts_with('/'))
 }
 
+/// A process the escapee walk goes down from.
+struct Walk {
+    process: Identity,
+    /// Proved the run's: in its cgroup, or below a process that is. `false` for a pid read
+    /// from `cgroup.procs` (a claim until [`Escapees::was_member`] says otherwise).
+    ours: bool,
+    /// Its children list, when it was read already.
+    listed: Option<Vec<i32>>,
+}
+
+impl Walk {
+    fn ours(process: Identity) -> Self {
+        Self {
+            process,
+            ours: true,
+            listed: None,
+        }
+    }
+}
+
 /// How many escapees a run remembers by name.
 const MAX_SEEN: usize = 10_000;
 
@@ -202,9 +222,24 @@ impl Escapees {
         if self.self_pid.is_none() {
             return Vec::new();
         }
-        let mut queue: Vec<Identity> = members.into_iter().filter_map(|m| self.member(m)).collect();
-        let mut visited: HashSet<i32> = queue.iter().map(|m| m.pid).collect();
+        let mut visited: HashSet<i32> = members.iter().copied().collect();
         let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
+        let mut queue: Vec<Walk> = Vec::new();
+        for pid in members {
+            // Most members have no children (the leaves of a tree): one read tells.
+            let listed = procfs::children(pid);
+            if listed.is_empty() {
+                continue;
+            }
+            // A zombie has no children: they were reparented when it exited.
+            if let Some(s) = procfs::stat(pid).ok().filter(|s| !s.is_dead()) {
+                queue.push(Walk {
+                    process: s.identity(),
+                    ours: false,
+                    listed: Some(listed),
+                });
+            }
+        }
         self.walk_down(&mut queue, &mut visited, &mut found);
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
@@ -218,7 +253,7 @@ impl Escapees {
         }
         for (s, cg) in tops {
             if visited.insert(s.pid) && !within(&cg, &self.path) {
-                queue.push(s.identity());
+                queue.push(Walk::ours(s.identity()));
                 found.push((s, cg));
             }
         }
@@ -226,42 +261,47 @@ impl Escapees {
         self.name(found)
     }
 
-    /// `pid` (read from `cgroup.procs`) as a process to walk down from: live, and in the run's
-    /// cgroup while its pid named it (the walk below checks that it still does). One that has
-    /// left since is found through its parent, like any escapee.
-    fn member(&self, pid: i32) -> Option<Identity> {
-        let s = procfs::stat(pid).ok()?;
-        // A zombie has no children: they were reparented when it exited.
-        if s.is_dead() {
-            return None;
-        }
-        within(&procfs::cgroup(pid)?, &self.path).then(|| s.identity())
+    /// Whether `process`, a pid read from `cgroup.procs`, was in the run's cgroup while it held
+    /// that pid: its cgroup read, then its start time read again (a zombie still holds its pid,
+    /// and its cgroup until it is reaped).
+    fn was_member(&self, process: Identity) -> bool {
+        procfs::cgroup(process.pid).is_some_and(|cg| within(&cg, &self.path))
+            && procfs::stat(process.pid).is_ok_and(|s| s.starttime == process.starttime)
     }
 
     /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
-    /// Each step is proved ([`procfs::children_of`]): a pid reused meanwhile is not followed.
+    /// Each step is proved ([`procfs::children_among`]): a pid reused meanwhile is not followed.
+    /// A process in the run's cgroup is the run's (its cgroup is read while it holds its pid:
+    /// the next step checks that it still does), and so is one outside whose parent is; a pid
+    /// read from `cgroup.procs` is proved a member only once a child of it is found outside,
+    /// which is rare, so the common walk reads no member's cgroup.
     fn walk_down(
         &self,
-        queue: &mut Vec<Identity>,
+        queue: &mut Vec<Walk>,
         visited: &mut HashSet<i32>,
         found: &mut Vec<(procfs::ProcStat, String)>,
     ) {
-        while let Some(p) = queue.pop() {
-            for s in procfs::children_of(p) {
-                if !visited.insert(s.pid) {
-                    continue;
-                }
+        while let Some(w) = queue.pop() {
+            let listed = w.listed.unwrap_or_else(|| procfs::children(w.process.pid));
+            let mut ours = w.ours.then_some(true);
+            for s in procfs::children_among(w.process, listed, |c| visited.insert(c)) {
                 if s.is_dead() || self.exclude.contains(&s.identity()) {
                     continue;
                 }
                 let Some(cg) = procfs::cgroup(s.pid) else {
                     continue;
                 };
-                // Inside: a member, whose subtree is the run's. Outside: an escapee.
-                queue.push(s.identity());
-                if !within(&cg, &self.path) {
-                    found.push((s, cg));
+                if within(&cg, &self.path) {
+                    queue.push(Walk::ours(s.identity()));
+                    continue;
                 }
+                if !*ours.get_or_insert_with(|| self.was_member(w.process)) {
+                    // Not the run's to follow; another look may reach it otherwise.
+                    visited.remove(&s.pid);
+                    continue;
+                }
+                queue.push(Walk::ours(s.identity()));
+                found.push((s, cg));
             }
         }
     }
@@ -331,5 +371,28 @@ impl Escapees {
                 .map(|e| e.process)
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid read from `cgroup.procs` may name another process by the time it is walked (freed
+    /// and reused): the children of a process that is not in the run's cgroup are not the
+    /// run's escapees. Here the "member" is this test process, which is in no such cgroup.
+    #[test]
+    fn the_children_of_a_listed_pid_that_is_no_member_are_not_escapees() {
+        let escapees = Escapees::new("/reaper-test-no-such-run".into());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let me = std::process::id() as i32;
+        let found = escapees.find(vec![me]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.is_empty(), "{found:?}");
+        assert!(escapees.seen().is_empty());
     }
 }
