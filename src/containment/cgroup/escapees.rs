@@ -284,8 +284,10 @@ impl Escapees {
         while let Some(w) = queue.pop() {
             let listed = w.listed.unwrap_or_else(|| procfs::children(w.process.pid));
             let mut ours = w.ours.then_some(true);
-            for s in procfs::children_among(w.process, listed, |c| visited.insert(c)) {
-                if s.is_dead() || self.exclude.contains(&s.identity()) {
+            // Only a proved child is marked visited: one listed here that had been reparented
+            // to reaper meanwhile is still found among reaper's children, looked at after.
+            for s in procfs::children_among(w.process, listed, |c| !visited.contains(&c)) {
+                if !visited.insert(s.pid) || s.is_dead() || self.exclude.contains(&s.identity()) {
                     continue;
                 }
                 let Some(cg) = procfs::cgroup(s.pid) else {
