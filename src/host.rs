@@ -48,7 +48,8 @@ pub struct Report {
     pub cgroup_error: Option<String>,
     /// Whether pidfds work (Linux 5.3).
     pub pidfd: bool,
-    /// Whether this process may become a child subreaper.
+    /// Whether this process may become a child subreaper (asked of a forked child: this
+    /// process stays as it was).
     pub subreaper: bool,
     /// Whether the pgid backend can read the process table here.
     pub pgid: bool,
@@ -140,7 +141,9 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
     };
     let me = rustix::process::getpid();
     r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
-    r.subreaper = reaper_platform::linux::subreaper::become_subreaper().is_ok();
+    // Asked of a forked child: this process stays what it was (a child subreaper keeps every
+    // orphan of the program's own children).
+    r.subreaper = reaper_platform::linux::subreaper::allowed().unwrap_or(false);
     match reaper_platform::process::table() {
         Ok(mut t) => {
             r.pgid_table = Some(t.name().to_owned());
