@@ -355,8 +355,12 @@ impl fmt::Display for SandboxError {
                     errno: *errno,
                 };
                 write!(f, "{e}")?;
-                if *step == SandboxStep::WorkingDirectory && *errno == libc::EACCES {
-                    f.write_str(" (declare it: --sandbox-rw DIR)")?;
+                if *step == SandboxStep::WorkingDirectory
+                    && matches!(*errno, libc::EACCES | libc::ENOENT)
+                {
+                    f.write_str(
+                        " (declare it: --sandbox-rw DIR; root's sandbox has a /tmp of its own)",
+                    )?;
                 }
                 if *apparmor {
                     f.write_str(

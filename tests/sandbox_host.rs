@@ -342,8 +342,10 @@ fn a_mount_the_host_makes_later_stays_outside() {
         return;
     }
     let tree = Tree::new();
-    // Open to others: the sandbox's root looks at it as a stranger, undeclared.
-    let d = std::env::temp_dir().join(format!("reaper-test-prop-{}", std::process::id()));
+    // Open to others: the sandbox's root looks at it as a stranger, undeclared (and not in /tmp,
+    // which is the sandbox's own).
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("reaper-test-prop-{}", std::process::id()));
     let m = d.join("m");
     std::fs::create_dir_all(&m).expect("mount point");
     std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).expect("chmod");
@@ -544,4 +546,30 @@ cat "$HIDDEN/x"; echo "undeclared rc=$?""#,
         .expect("run reaper");
     assert_eq!(code(&o), 125, "{}", stderr(&o));
     assert!(stderr(&o).contains("--sandbox-rw"), "{}", stderr(&o));
+}
+
+/// Root's sandbox has a `/tmp` (and `/var/tmp`, `/dev/shm`) of its own: what it leaves there
+/// under a name programs key by uid (`/tmp/tmux-0`) never meets host root's programs, and a
+/// declared directory under `/tmp` is there all the same.
+#[test]
+fn roots_sandbox_has_a_tmp_of_its_own() {
+    if !ready() {
+        return;
+    }
+    let tree = Tree::new();
+    let name = format!("reaper-test-tmux-{}", std::process::id());
+    let o = run_sh(
+        &tree,
+        &["--sandbox"],
+        r#"mkdir "/tmp/$NAME"; echo "mkdir rc=$?"
+: > /dev/shm/"$NAME"; echo "shm rc=$?"
+[ -d "$PWD" ]; echo "declared rc=$?""#,
+        &[("NAME", name.clone())],
+    );
+    let out = stdout(&o);
+    assert_eq!(rc(&out, "mkdir"), 0, "{out}\n{}", stderr(&o));
+    assert_eq!(rc(&out, "shm"), 0, "{out}");
+    assert_eq!(rc(&out, "declared"), 0, "{out}");
+    assert!(!Path::new("/tmp").join(&name).exists(), "the sandbox's /tmp is the host's");
+    assert!(!Path::new("/dev/shm").join(&name).exists());
 }

@@ -108,9 +108,15 @@ fn as_nobody(cmd: &mut Command) -> Command {
 /// `reaper run` of `python3 hostile.py ARGS…`, in the background.
 fn hostile_run(s: &Scratch, flags: &[&str], args: &[&str]) -> Command {
     let mut c = reaper();
-    c.args(["run", "--grace", "300ms"])
-        .args(flags)
-        .arg("--")
+    c.args(["run", "--grace", "300ms"]).args(flags);
+    // A sandbox has a /tmp of its own: the scratch directory is declared (its `out` writable).
+    if flags.iter().any(|f| f.starts_with("--sandbox")) {
+        c.arg("--sandbox-ro")
+            .arg(s.0.path())
+            .arg("--sandbox-rw")
+            .arg(s.0.path().join("out"));
+    }
+    c.arg("--")
         .arg("python3")
         .arg(s.py())
         .args(args)

@@ -240,6 +240,12 @@ pub const READ_ONLY: &[&str] = &[
     "/proc/sysrq-trigger",
 ];
 
+/// The world-writable directories a root sandbox gets a private tmpfs for: shared with host
+/// root, they would hold files of the sandbox's host ids under the names programs key by uid
+/// (`/tmp/tmux-0`, `/tmp/codex-daemon-0`), which host root's own programs then refuse, and lock
+/// files a root service may take later.
+pub const PRIVATE: &[&str] = &["/tmp", "/var/tmp", "/dev/shm", "/run/lock"];
+
 /// A declared directory, ready for the child.
 #[derive(Debug)]
 struct Bind {
@@ -250,12 +256,15 @@ struct Bind {
     read_only: bool,
 }
 
-/// A directory on the way to declared ones that the sandbox's root, a stranger on the host,
-/// may not search (`/root`, 0700): replaced inside by an empty tmpfs holding only the way to
-/// each declared path beneath it. What it hid was closed to the sandbox anyway.
+/// A tmpfs of the sandbox's own over a host directory: a private temporary directory
+/// ([`PRIVATE`]), or a directory on the way to declared ones that the sandbox's root, a stranger
+/// on the host, may not search (`/root`, 0700), replaced by an empty one holding only the way to
+/// each declared path beneath it (what it hid was closed to the sandbox anyway).
 #[derive(Debug)]
 struct Skeleton {
     dir: CString,
+    /// A private temporary directory (world-writable, sticky), not a read-only way in.
+    private: bool,
     /// Absolute paths to create in it, parents first, and whether each is a directory (the
     /// last of each declared path is its mount point: a file for a declared file).
     entries: Vec<(CString, bool)>,
@@ -383,7 +392,7 @@ impl SandboxPlan {
             }
         }
         let skeletons = match spec.ids {
-            Some(_) => skeletons(spec.paths)?,
+            Some(_) => skeletons(spec.paths, PRIVATE)?,
             None => Vec::new(),
         };
         // Outer directories first: one bound after a directory inside it would cover that.
@@ -562,7 +571,7 @@ impl SandboxPlan {
                 return Err(fail(Step::Identity));
             }
             for sk in &self.skeletons {
-                if !skeleton_tmpfs(&sk.dir) {
+                if !skeleton_tmpfs(&sk.dir, sk.private) {
                     return Err(fail(Step::Binds));
                 }
                 for (path, dir) in &sk.entries {
@@ -616,7 +625,7 @@ impl SandboxPlan {
                 }
             }
             // The skeletons hold only the way in: nothing is kept in them.
-            for sk in &self.skeletons {
+            for sk in self.skeletons.iter().filter(|sk| !sk.private) {
                 if set_attr(&sk.dir, MOUNT_ATTR_RDONLY, 0) != 0 {
                     return Err(fail(Step::Binds));
                 }
@@ -737,43 +746,66 @@ unsafe fn empty_tmpfs(dir: &CStr) -> bool {
     }
 }
 
-/// Mounts a tmpfs for a [`Skeleton`] on `dir`, searchable by all: whether it could.
+/// Mounts a tmpfs for a [`Skeleton`] on `dir`: a private temporary directory, or a way in
+/// searchable by all. Whether it could.
 ///
 /// # Safety
 ///
 /// A system call on C strings: safe anywhere, also between clone and exec.
-unsafe fn skeleton_tmpfs(dir: &CStr) -> bool {
+unsafe fn skeleton_tmpfs(dir: &CStr, private: bool) -> bool {
+    let (flags, data) = if private {
+        (libc::MS_NOSUID | libc::MS_NODEV, c"mode=1777")
+    } else {
+        (
+            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
+            c"size=64k,mode=755",
+        )
+    };
     // SAFETY: C strings only.
     unsafe {
         libc::mount(
             c"tmpfs".as_ptr(),
             dir.as_ptr(),
             c"tmpfs".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-            c"size=64k,mode=755".as_ptr().cast(),
+            flags,
+            data.as_ptr().cast(),
         ) == 0
     }
 }
 
-/// The [`Skeleton`]s root's declared `paths` need: for each, its highest ancestor (below `/`)
-/// that others may not search, unless a declared path holds it already.
-fn skeletons(paths: &[(PathBuf, Access)]) -> std::io::Result<Vec<Skeleton>> {
+/// The [`Skeleton`]s of root's sandbox: each of `private` that exists (unless declared itself),
+/// with the way to every declared path below it; and for a declared path elsewhere, its highest
+/// ancestor (below `/`) that others may not search, unless a declared path holds it already.
+fn skeletons(paths: &[(PathBuf, Access)], private: &[&str]) -> std::io::Result<Vec<Skeleton>> {
     use std::os::unix::fs::PermissionsExt;
     let declared = |p: &Path| paths.iter().any(|(d, _)| p.starts_with(d));
-    let mut out: Vec<(PathBuf, Vec<(PathBuf, bool)>)> = Vec::new();
+    let mut out: Vec<(PathBuf, bool, Vec<(PathBuf, bool)>)> = private
+        .iter()
+        .map(Path::new)
+        .filter(|p| p.is_dir() && !declared(p))
+        .map(|p| (p.to_owned(), true, Vec::new()))
+        .collect();
     for (path, _) in paths {
-        let closed = path
-            .ancestors()
-            .skip(1)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-            .find(|a| {
-                *a != Path::new("/")
-                    && !declared(a)
-                    && std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
-            });
-        let Some(top) = closed else { continue };
+        let in_private = out
+            .iter()
+            .find(|(t, private, _)| *private && path.starts_with(t) && path != t)
+            .map(|(t, _, _)| t.clone());
+        let closed = || {
+            path.ancestors()
+                .skip(1)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .find(|a| {
+                    *a != Path::new("/")
+                        && !declared(a)
+                        && std::fs::metadata(a).is_ok_and(|m| m.permissions().mode() & 0o001 == 0)
+                })
+                .map(Path::to_owned)
+        };
+        let Some(top) = in_private.or_else(closed) else {
+            continue;
+        };
         let is_dir = std::fs::metadata(path)?.is_dir();
         let mut entries: Vec<(PathBuf, bool)> = path
             .ancestors()
@@ -783,15 +815,16 @@ fn skeletons(paths: &[(PathBuf, Access)]) -> std::io::Result<Vec<Skeleton>> {
             .collect();
         entries.reverse();
         entries.push((path.clone(), is_dir));
-        match out.iter_mut().find(|(t, _)| t == top) {
-            Some((_, all)) => all.extend(entries),
-            None => out.push((top.to_owned(), entries)),
+        match out.iter_mut().find(|(t, _, _)| *t == top) {
+            Some((_, _, all)) => all.extend(entries),
+            None => out.push((top, false, entries)),
         }
     }
     out.into_iter()
-        .map(|(dir, entries)| {
+        .map(|(dir, private, entries)| {
             Ok(Skeleton {
                 dir: c(&dir)?,
+                private,
                 entries: entries
                     .iter()
                     .map(|(p, d)| Ok((c(p)?, *d)))
