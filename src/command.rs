@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::options::{ContainOptions, Containment, Delegation, Options, Sandbox};
+use crate::options::{ContainOptions, Containment, Delegation, Options, Sandbox, SandboxAccess};
 use crate::supervise::{Plan, Requests, StopSpec, Target};
 use crate::{EventSink, Guardian, Limits, Signal};
 
@@ -234,6 +234,12 @@ impl Command {
     /// A sandbox the command cannot undo ([`ContainOptions::sandbox`]).
     pub fn sandbox(&mut self, sandbox: Option<Sandbox>) -> &mut Self {
         self.options.sandbox(sandbox);
+        self
+    }
+
+    /// A directory the sandbox reaches as this process does ([`ContainOptions::sandbox_path`]).
+    pub fn sandbox_path(&mut self, dir: impl AsRef<Path>, access: SandboxAccess) -> &mut Self {
+        self.options.sandbox_path(dir, access);
         self
     }
 

@@ -284,8 +284,13 @@ pub enum SandboxError {
     CgroupRefused(std::io::Error),
     /// Unprivileged user namespaces are disabled, and reaper is not root.
     NoUnprivilegedUserNamespaces,
-    /// Preparing the sandbox failed (reading `/proc/self/mountinfo`, the id maps).
+    /// Preparing the sandbox failed (reading `/proc/self/mountinfo`, the id maps, the host ids
+    /// of a root sandbox, the declared directories' mounts).
     Prepare(std::io::Error),
+    /// A root sandbox's root, an unprivileged user on the host, may not execute the program
+    /// or search a directory on its way (EACCES): declare it
+    /// ([`crate::ContainOptions::sandbox_path`]).
+    Stranger(std::io::Error),
     /// The kernel refused one step in the child.
     #[cfg(target_os = "linux")]
     Step {
@@ -333,6 +338,12 @@ impl fmt::Display for SandboxError {
                  reaper as root"
             ),
             SandboxError::Prepare(e) => write!(f, "--sandbox: cannot prepare the sandbox: {e}"),
+            SandboxError::Stranger(e) => write!(
+                f,
+                "--sandbox: {e}: the sandbox's root is an unprivileged user on the host, and may \
+                 only use what any user may; declare the directory the program is in with \
+                 --sandbox-ro DIR (or --sandbox-rw DIR)"
+            ),
             #[cfg(target_os = "linux")]
             SandboxError::Step {
                 step,
@@ -344,6 +355,13 @@ impl fmt::Display for SandboxError {
                     errno: *errno,
                 };
                 write!(f, "{e}")?;
+                if *step == SandboxStep::WorkingDirectory
+                    && matches!(*errno, libc::EACCES | libc::ENOENT)
+                {
+                    f.write_str(
+                        " (declare it: --sandbox-rw DIR; root's sandbox has a /tmp of its own)",
+                    )?;
+                }
                 if *apparmor {
                     f.write_str(
                         " (AppArmor restricts unprivileged user namespaces here: \
@@ -362,7 +380,8 @@ impl std::error::Error for SandboxError {
         match self {
             SandboxError::NeedsClone3 { source: Some(e) }
             | SandboxError::CgroupRefused(e)
-            | SandboxError::Prepare(e) => Some(e),
+            | SandboxError::Prepare(e)
+            | SandboxError::Stranger(e) => Some(e),
             _ => None,
         }
     }

@@ -48,7 +48,8 @@ pub struct Report {
     pub cgroup_error: Option<String>,
     /// Whether pidfds work (Linux 5.3).
     pub pidfd: bool,
-    /// Whether this process may become a child subreaper.
+    /// Whether this process may become a child subreaper (asked of a forked child: this
+    /// process stays as it was).
     pub subreaper: bool,
     /// Whether the pgid backend can read the process table here.
     pub pgid: bool,
@@ -140,7 +141,9 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
     };
     let me = rustix::process::getpid();
     r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
-    r.subreaper = reaper_platform::linux::subreaper::become_subreaper().is_ok();
+    // Asked of a forked child: this process stays what it was (a child subreaper keeps every
+    // orphan of the program's own children).
+    r.subreaper = reaper_platform::linux::subreaper::allowed().unwrap_or(false);
     match reaper_platform::process::table() {
         Ok(mut t) => {
             r.pgid_table = Some(t.name().to_owned());
@@ -314,6 +317,8 @@ const SANDBOX_PARTS: &[&str] = &[
     "mount namespace",
     "cgroup namespace",
     "read-only cgroup fs",
+    "masked kernel files",
+    "unprivileged root",
     "no new privileges",
     "capability dropping",
     "seccomp filter",
@@ -323,10 +328,10 @@ const SANDBOX_PARTS: &[&str] = &[
 /// The routes out of a run's cgroup that the sandbox's self-check tries, and why each is
 /// closed when it is.
 #[cfg(target_os = "linux")]
-const ROUTES: [(&str, &str); 4] = [
+const ROUTES: [(&str, &str); 6] = [
     (
         "a write to the cgroup2 root's cgroup.procs",
-        "read-only mount",
+        "read-only mount, unprivileged root",
     ),
     ("clone3(CLONE_INTO_CGROUP) into the cgroup2 root", "seccomp"),
     (
@@ -337,6 +342,14 @@ const ROUTES: [(&str, &str); 4] = [
         "/proc/PID/root of a process outside the run",
         "a user namespace of its own",
     ),
+    (
+        "a write to a host directory of root's (where the kernel's helpers live: /sbin)",
+        "unprivileged root",
+    ),
+    (
+        "/proc/sysrq-trigger (signals, OOM kills, reboots the machine)",
+        "read-only",
+    ),
 ];
 
 /// What the self-check writes: each route's errno (0: it worked), then its user namespace's
@@ -345,7 +358,7 @@ const ROUTES: [(&str, &str); 4] = [
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
 struct Verdicts {
-    errno: [i32; 4],
+    errno: [i32; 6],
     userns: u64,
 }
 
@@ -414,6 +427,17 @@ impl SelfCheck {
                 errno()
             };
             v.errno[3] = open(&self.outside_root, libc::O_RDONLY | libc::O_DIRECTORY);
+            // access(2) answers for the caller's real ids, as a write would be judged; nothing
+            // is written. "/" is root's on every host.
+            let writable = |path: &std::ffi::CStr| {
+                if libc::access(path.as_ptr(), libc::W_OK) == 0 {
+                    0
+                } else {
+                    errno()
+                }
+            };
+            v.errno[4] = writable(c"/");
+            v.errno[5] = writable(c"/proc/sysrq-trigger");
             let mut st: libc::stat = std::mem::zeroed();
             if libc::stat(c"/proc/self/ns/user".as_ptr(), &mut st) == 0 {
                 v.userns = st.st_ino;
@@ -436,13 +460,15 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
     use reaper_platform::linux::sandbox::Step;
     let part_of = |s: Step| match s {
         Step::UserNamespace | Step::UserMaps => 0,
-        Step::MountNamespace => 1,
+        Step::MountNamespace | Step::Binds | Step::WorkingDirectory => 1,
         Step::CgroupNamespace => 2,
         Step::PrivateMounts | Step::ReadOnly => 3,
-        Step::NoNewPrivs => 4,
-        Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 5,
-        Step::Seccomp => 6,
-        Step::ProcMount => 7,
+        Step::Mask | Step::Hide => 4,
+        Step::Identity => 5,
+        Step::NoNewPrivs => 6,
+        Step::CapabilityBounding | Step::CapabilityAmbient | Step::Capabilities => 7,
+        Step::Seccomp => 8,
+        Step::ProcMount => 9,
     };
     let pid_part = SANDBOX_PARTS.len() - 1;
     let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
@@ -525,10 +551,14 @@ fn routes(out: &[u8]) -> Vec<SandboxRoute> {
                 "OPEN (the self-check did not say)".to_owned()
             } else if errno == 0 {
                 "OPEN".to_owned()
+            } else if i == 5 && errno == libc::ENOENT {
+                "closed (not on this kernel)".to_owned()
             } else {
                 // The last route is closed by the user namespace only if there is one.
                 let because = if i == 3 && v.userns == own_userns {
                     "capabilities"
+                } else if i == 4 && !rustix::process::geteuid().is_root() {
+                    "the user's own ids"
                 } else {
                     because
                 };

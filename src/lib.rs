@@ -38,12 +38,16 @@
 //!
 //! # This process and its other children
 //!
-//! reaper reaps only what it started, and signals only processes it can prove are a run's
-//! (through a pidfd, the run's cgroup, or a process group the run created): your own
-//! `tokio::process` children are never touched. The subreaper backend, which makes this
-//! process a child subreaper and takes every orphan that comes back to it for the run's, is
-//! available only after [`own_every_child`], for a process that starts no other children (the
-//! `reaper` binary is one).
+//! reaper reaps only what it started, and signals only processes it can prove are a run's: a
+//! member of the run's cgroup, a process found by walking down from the run's members (each
+//! step's parent checked), a pidfd it holds, or a process group the run created. Your own
+//! `std::process` and `tokio::process` children are never touched, even one that started after
+//! a run's leader outside every cgroup, and [`host::diagnose`] leaves this process as it was.
+//! Taking this process's children for a run's orphans (the subreaper backend; with one run at
+//! a time, the cgroup and pgid backends) needs [`own_every_child`], for a process that starts
+//! no other children (the `reaper` binary is one). Without it, a process that left the run's
+//! cgroup, or double-forked between the pgid backend's looks, and whose parent exited before
+//! any look saw it, is reparented out of this process's reach: neither stopped nor named.
 //!
 //! # If this process is killed
 //!
@@ -92,17 +96,19 @@ pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxErr
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
-pub use options::{ContainOptions, Containment, Delegation, Sandbox};
+pub use options::{ContainOptions, Containment, Delegation, Sandbox, SandboxAccess};
 pub use outcome::{status_parts, ExitStatus, Outcome, StopReason};
 pub use process::{BackendKind, Escapee, Identity, Process};
 pub use reaper_platform::Signal;
 
 /// Declares that every child of this process is reaper's to reap and contain: makes this
 /// process a child subreaper (orphans of a run come back to it, where the subreaper and pgid
-/// backends find them, and the cgroup backend finds a process that left its cgroup), and lets
-/// reaper reap any child it did not start. Needed for [`Containment::Subreaper`] (and `Auto`'s
-/// fallback to it). Call it only in a process that starts no children of its own besides its
-/// runs — the `reaper` binary, an init — since their exit statuses are then reaper's.
+/// backends find them, and the cgroup backend finds a process that left its cgroup), lets
+/// reaper reap any child it did not start, and, while a run is this process's only one, take
+/// any child outside every run cgroup that started after that run's leader for the run's
+/// orphan. Needed for [`Containment::Subreaper`] (and `Auto`'s fallback to it). Call it only in
+/// a process that starts no children of its own besides its runs — the `reaper` binary, an
+/// init — since their exit statuses are then reaper's, and they would be taken for a run's.
 pub fn own_every_child() -> std::io::Result<()> {
     run::own_every_child()
 }

@@ -29,16 +29,33 @@ pub enum Containment {
     Pgid,
 }
 
-/// `--sandbox`: a tree that cannot leave its cgroup, even as root (Linux, cgroup backend).
+/// A sandbox: a tree that cannot leave its cgroup, nor make anything outside it run code, even
+/// as root (Linux, cgroup backend).
+///
+/// For root, the sandbox's root is a stranger to the host: its ids are a range of unprivileged
+/// host ids of the run's own, so the host's files are "other" to it (it cannot write a file
+/// of root's, such as a program the kernel or a root service runs), and it can neither signal
+/// nor trace a process outside. Directories it must read or write as root are declared with
+/// [`ContainOptions::sandbox_path`]. Another user's sandbox keeps that user's own ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Sandbox {
-    /// User, mount and cgroup namespaces of the run's own, the cgroup file system read-only,
-    /// no new privileges, the capabilities that reach outside dropped, a seccomp filter (no
+    /// User, mount and cgroup namespaces of the run's own, the cgroup file system, `/sys` and
+    /// `/proc/sys` read-only, the kernel's files in `/proc` masked, the run records hidden, no
+    /// new privileges, the capabilities that reach outside dropped, a seccomp filter (no
     /// `clone3`, no new cgroup namespace), a session of its own.
     On,
     /// The same, and a PID namespace with its own `/proc`, the leader its PID 1: the tree sees
     /// and signals nothing outside it.
     Pid,
+}
+
+/// How a directory declared with [`ContainOptions::sandbox_path`] appears inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SandboxAccess {
+    /// Read as this process reads it; never written.
+    ReadOnly,
+    /// Read and written as this process would.
+    ReadWrite,
 }
 
 /// Under systemd, whether reaper first asks the service manager for a delegated scope.
@@ -64,6 +81,7 @@ pub struct ContainOptions {
     pub(crate) delegation: Delegation,
     pub(crate) limits: Limits,
     pub(crate) sandbox: Option<Sandbox>,
+    pub(crate) sandbox_paths: Vec<(PathBuf, SandboxAccess)>,
     pub(crate) raise_priority: bool,
 }
 
@@ -127,6 +145,18 @@ impl ContainOptions {
         self
     }
 
+    /// Declares a directory the sandbox reaches as this process does, at the same path. For
+    /// root, through an idmapped mount: there host root's files are the sandbox root's, to
+    /// read (and, [`SandboxAccess::ReadWrite`], to write and `chown`), which is the point and
+    /// the risk: declare nothing the kernel or a root service runs from. A directory only root
+    /// may enter must be declared to be the working directory. Another user's sandbox writes
+    /// what the user may anyway; `ReadOnly` then binds the directory read-only. Only with a
+    /// [`Sandbox`]; the path must be absolute.
+    pub fn sandbox_path(&mut self, dir: impl AsRef<Path>, access: SandboxAccess) -> &mut Self {
+        self.sandbox_paths.push((dir.as_ref().to_owned(), access));
+        self
+    }
+
     /// Raises the thread that starts the run, which should be the one that drives it, above the
     /// tree where permitted (root, `CAP_SYS_NICE`): nice -10 from the start, round-robin real
     /// time while it kills, with `SCHED_RESET_ON_FORK` so that nothing it starts inherits that.
@@ -156,6 +186,7 @@ impl Default for ContainOptions {
             delegation: Delegation::Auto,
             limits: Limits::default(),
             sandbox: None,
+            sandbox_paths: Vec::new(),
             raise_priority: false,
         }
     }

@@ -240,9 +240,13 @@ async fn a_calls_stop_0_in_a_pid_sandbox_spares_the_server() {
         std::os::unix::fs::PermissionsExt::from_mode(0o755),
     )
     .expect("chmod the wrapper");
+    // The sandbox's root reaches the test's (root-only) directory only as declared.
+    let declared = dir.path().to_str().expect("utf-8 path").to_owned();
     let s = mcp_support::start(mcp_support::Options {
         args: &[
             "--sandbox=pid",
+            "--sandbox-rw",
+            &declared,
             "--containment",
             "cgroup",
             "--test-timeout-unit",

@@ -1,9 +1,12 @@
-//! `--sandbox` (issue 14, points 2–5): as root, a contained command cannot leave its cgroup, and
-//! everything else a command needs keeps working.
+//! `--sandbox`: as root, a contained command cannot leave its cgroup, nor make the kernel or a
+//! host service run code outside it (its root is an unprivileged host user), and everything else
+//! a command needs keeps working in the directories declared for it.
 //!
 //! The escapes are root's: each test that attempts them needs root and the cgroup backend, and
 //! says `skipped:` otherwise. Every attempt is a separate line `NAME rc=N` on the command's
-//! stdout, asserted one by one, so a regression names the escape that worked.
+//! stdout, asserted one by one, so a regression names the escape that worked. The sandboxed
+//! root reaches the test's own (0700) directories only because each test declares them
+//! (`--sandbox-rw`).
 
 mod common;
 mod mcp_support;
@@ -27,10 +30,13 @@ fn run_sh_env(tree: &Tree, sandbox: &[&str], script: &str, env: &[(&str, &str)])
     let scratch = tree.dir.path().join("scratch");
     std::fs::create_dir_all(&scratch).expect("scratch dir");
     std::fs::write(tree.oracle(), b"").expect("oracle file");
-    reaper()
-        .args(["run", "--containment", "cgroup", "-t", "60"])
-        .args(sandbox)
-        .args(["--", "sh", "-c", script])
+    let mut cmd = reaper();
+    cmd.args(["run", "--containment", "cgroup", "-t", "60"])
+        .args(sandbox);
+    if !sandbox.is_empty() {
+        cmd.arg("--sandbox-rw").arg(tree.dir.path());
+    }
+    cmd.args(["--", "sh", "-c", script])
         .env("CG2", cg2())
         .env("ORACLE", tree.oracle())
         .env("SCRATCH", &scratch)
@@ -391,8 +397,34 @@ fn sandbox_as_nobody_is_exit_125() {
     }
 }
 
-/// `reaper run --sandbox -- PROGRAM ARGS…` with `dir` as working directory; must exit 0.
+/// The Rust toolchain's directories (rustup's proxies and toolchains, under root's 0700 home
+/// here) as `CARGO_HOME` and `RUSTUP_HOME`, for `--sandbox-ro`.
+fn toolchain_dirs() -> Vec<(&'static str, PathBuf)> {
+    let home = PathBuf::from(std::env::var_os("HOME").unwrap_or_default());
+    [("CARGO_HOME", ".cargo"), ("RUSTUP_HOME", ".rustup")]
+        .into_iter()
+        .map(|(var, dir)| {
+            let d = std::env::var_os(var).map_or_else(|| home.join(dir), PathBuf::from);
+            (var, d)
+        })
+        .filter(|(_, d)| d.is_dir())
+        .collect()
+}
+
+/// `--sandbox-ro` for each of `dirs`.
+fn read_only(dirs: &[PathBuf]) -> Vec<String> {
+    dirs.iter()
+        .flat_map(|d| ["--sandbox-ro".to_owned(), d.display().to_string()])
+        .collect()
+}
+
+/// `reaper run --sandbox --sandbox-rw DIR -- PROGRAM ARGS…` with `dir` as working directory and
+/// `HOME` (root's own is closed to the sandbox's root); must exit 0.
 fn sandboxed_ok(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> String {
+    sandboxed_ok_with(args, dir, env, &[])
+}
+
+fn sandboxed_ok_with(args: &[&str], dir: &Path, env: &[(&str, &str)], ro: &[PathBuf]) -> String {
     let o = reaper()
         .args([
             "run",
@@ -401,10 +433,14 @@ fn sandboxed_ok(args: &[&str], dir: &Path, env: &[(&str, &str)]) -> String {
             "--sandbox",
             "-t",
             "120",
-            "--",
+            "--sandbox-rw",
         ])
+        .arg(dir)
+        .args(read_only(ro))
+        .arg("--")
         .args(args)
         .current_dir(dir)
+        .env("HOME", dir)
         .envs(env.iter().copied())
         .stdin(Stdio::null())
         .output()
@@ -481,7 +517,14 @@ fn cargo_python_node_work_in_the_sandbox() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     if have(Need::Program("cargo")) {
-        assert!(sandboxed_ok(&["cargo", "--version"], dir.path(), &[]).starts_with("cargo "));
+        let toolchain = toolchain_dirs();
+        let env: Vec<(&str, &str)> = toolchain
+            .iter()
+            .map(|(var, d)| (*var, d.to_str().expect("utf-8 path")))
+            .collect();
+        let dirs: Vec<PathBuf> = toolchain.iter().map(|(_, d)| d.clone()).collect();
+        let out = sandboxed_ok_with(&["cargo", "--version"], dir.path(), &env, &dirs);
+        assert!(out.starts_with("cargo "), "{out}");
     }
     if have(Need::Python3) {
         assert_eq!(
@@ -502,6 +545,16 @@ fn codex() -> Option<String> {
     common::real_codex().to_str().map(str::to_owned)
 }
 
+/// Where the real Codex CLI is installed (`…/codex/node_modules/.bin/codex` and the package
+/// beside it), for `--sandbox-ro`.
+fn codex_dir(codex: &str) -> PathBuf {
+    let real = std::fs::canonicalize(codex).unwrap_or_else(|_| PathBuf::from(codex));
+    real.ancestors()
+        .find(|a| a.file_name().is_some_and(|n| n == "node_modules"))
+        .and_then(Path::parent)
+        .map_or_else(|| real.parent().unwrap_or(&real).to_owned(), Path::to_owned)
+}
+
 /// The real Codex CLI under `--sandbox`: `--version`; `codex exec` down its fail-fast path (a
 /// provider on a closed loopback port, no retries: `turn.failed`, exit 1, see the codex spec);
 /// and `codex sandbox -- true`, codex's own Linux sandbox (no new privileges, no capabilities)
@@ -516,8 +569,11 @@ fn real_codex_works_in_the_sandbox() {
     let home = dir.path().join("codex-home");
     std::fs::create_dir_all(&home).expect("codex home");
     let env = [("CODEX_HOME", home.to_str().expect("utf-8 temp path"))];
-    assert!(sandboxed_ok(&[&codex, "--version"], dir.path(), &env).starts_with("codex-cli "));
-    sandboxed_ok(&[&codex, "sandbox", "--", "true"], dir.path(), &env);
+    let ro = [codex_dir(&codex)];
+    assert!(
+        sandboxed_ok_with(&[&codex, "--version"], dir.path(), &env, &ro).starts_with("codex-cli ")
+    );
+    sandboxed_ok_with(&[&codex, "sandbox", "--", "true"], dir.path(), &env, &ro);
 
     let o = reaper()
         .args([
@@ -527,8 +583,11 @@ fn real_codex_works_in_the_sandbox() {
             "--sandbox",
             "-t",
             "120",
-            "--",
+            "--sandbox-rw",
         ])
+        .arg(dir.path())
+        .args(read_only(&ro))
+        .arg("--")
         .args([
             &codex,
             "exec",
@@ -584,11 +643,17 @@ async fn mcp_sandbox_applies_to_every_call() {
     .expect("chmod wrapper");
     let provider = "model_providers.dead={name=\"dead\",base_url=\"http://127.0.0.1:9/v1\",\
                     request_max_retries=0,stream_max_retries=0}";
+    let rw = dir.path().to_str().expect("utf-8 path").to_owned();
+    let ro = codex_dir(&codex).to_str().expect("utf-8 path").to_owned();
     let s = mcp_support::start(mcp_support::Options {
         args: &[
             "--sandbox",
             "--containment",
             "cgroup",
+            "--sandbox-rw",
+            &rw,
+            "--sandbox-ro",
+            &ro,
             "--",
             "--disable",
             "unbounded_connection_retries",
@@ -670,6 +735,8 @@ fn doctor_names_the_parts_of_the_sandbox() {
         "mount namespace",
         "cgroup namespace",
         "read-only cgroup fs",
+        "masked kernel files",
+        "unprivileged root",
         "no new privileges",
         "capability dropping",
         "seccomp filter",
@@ -679,7 +746,7 @@ fn doctor_names_the_parts_of_the_sandbox() {
     }
     // Each route out was tried from inside a sandbox, and each is closed.
     let routes = sb["routes"].as_array().expect("routes");
-    assert_eq!(routes.len(), 4, "{sb}");
+    assert_eq!(routes.len(), 6, "{sb}");
     for r in routes {
         assert_eq!(r["closed"], true, "{r}");
     }
@@ -695,7 +762,14 @@ fn doctor_names_the_parts_of_the_sandbox() {
         status("clone3").contains("Function not implemented"),
         "{sb}"
     );
-    assert!(status("a write").contains("Read-only file system"), "{sb}");
+    assert!(
+        status("a write to the cgroup2").contains("Permission denied"),
+        "the sandbox's root is a stranger to the cgroup file system: {sb}"
+    );
+    assert!(
+        status("a write to a host directory").contains("unprivileged root: Permission denied"),
+        "{sb}"
+    );
     assert!(
         status("/proc/PID/root").contains("a user namespace of its own"),
         "{sb}"

@@ -21,7 +21,8 @@
 //! - the guardian: never waited for (reaped here like an orphan once it exits); it is spawned
 //!   under [`hold`] so its start time is read while its pid is still its own, and the subreaper
 //!   backend leaves it out by pid *and* start time, so a reused pid is not skipped;
-//! - `reaper doctor`'s clone3 probe: under [`hold`], through the probe's pidfd;
+//! - `reaper doctor`'s clone3 probe: under [`hold`], through the probe's pidfd; its child
+//!   subreaper probe: under [`hold`], through [`Spawning::reap`];
 //! - nothing else: no `Child::wait`/`output`, no `tokio::process` (the pgid backend's `ps` runs
 //!   only on macOS, where this module never reaps what it did not register).
 //!
@@ -99,6 +100,19 @@ impl Spawning {
     /// Marks `pid` (our child) as a leader whose status a run will collect; lets go of the lock.
     pub fn register_leader(mut self, pid: Pid) {
         self.0.insert(pid.as_raw_nonzero().get(), None);
+    }
+
+    /// Waits for `pid`, a child created under this lock that nobody else waits for (a probe),
+    /// and reaps it; lets go of the lock. `None` if it was not ours to reap (ECHILD: a host
+    /// program that reaps any child took it).
+    pub fn reap(self, pid: Pid) -> Option<ExitStatus> {
+        loop {
+            match rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty()) {
+                Ok(Some((_, st))) => return Some(decode_wait(st)),
+                Err(rustix::io::Errno::INTR) => continue,
+                Ok(None) | Err(_) => return None,
+            }
+        }
     }
 }
 
@@ -289,7 +303,6 @@ fn decode_waitid(st: &rustix::process::WaitIdStatus) -> ExitStatus {
     }
 }
 
-#[cfg(not(target_os = "linux"))]
 fn decode_wait(st: rustix::process::WaitStatus) -> ExitStatus {
     match (st.exit_status(), st.terminating_signal()) {
         (_, Some(sig)) => ExitStatus::Signal(sig),

@@ -31,7 +31,7 @@ use std::time::Instant;
 use reaper_platform::linux::procfs::{self, ProcStat};
 use serde::Serialize;
 
-pub use kill::{kill, Killed};
+pub use kill::{kill, kill_chosen, kill_leaks, Killed};
 
 use crate::runs::{record, RunId, RUN_ID_ENV};
 use crate::Identity;
@@ -387,7 +387,7 @@ impl Ctx<'_> {
         }
         let found = crate::runs::dir::visible()
             .into_iter()
-            .find_map(|(dir, uid)| record::read_one(&dir, uid, &id));
+            .find_map(|dir| record::read_one(&dir, &id));
         let fate = if self.pidns != Some(id.pidns()) || procfs::is_foreign() {
             RunFate::Unknown
         } else if found
@@ -562,7 +562,7 @@ impl Ctx<'_> {
         if let Some(id) = run {
             let argv = crate::runs::dir::visible()
                 .into_iter()
-                .find_map(|(dir, uid)| record::read_one(&dir, uid, &id))
+                .find_map(|dir| record::read_one(&dir, &id))
                 .map(|f| f.record.argv.join(" "));
             return Some(match argv {
                 Some(a) => format!(

@@ -16,6 +16,8 @@
 #[cfg(target_os = "linux")]
 pub mod cgroup;
 pub mod pgid;
+#[cfg(target_os = "linux")]
+pub(crate) mod sandbox;
 pub mod select;
 pub(crate) mod sigstop;
 #[cfg(target_os = "linux")]

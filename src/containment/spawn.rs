@@ -93,7 +93,7 @@ pub fn probe_sandbox(
     pid: bool,
     check: &(dyn Fn() -> i32 + Sync),
 ) -> Result<Vec<u8>, ProbeError> {
-    let plan = SandboxPlan::new(pid)
+    let (plan, _ids) = super::sandbox::prepare(pid, &[], &[])
         .map_err(|e| ProbeError::Other(format!("cannot prepare the sandbox: {e}")))?;
     probe(cgroup, Some(&plan), check)
 }

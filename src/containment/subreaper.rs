@@ -58,9 +58,10 @@ impl SubreaperBackend {
                     continue;
                 }
                 new = true;
-                if procfs::stat(c)
-                    .is_ok_and(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
-                {
+                // A listed pid reused meanwhile names a process with another parent.
+                if procfs::stat(c).is_ok_and(|s| {
+                    s.ppid == self.self_pid && !s.is_dead() && !self.exclude.contains(&s.identity())
+                }) {
                     return true;
                 }
             }

@@ -176,11 +176,16 @@ impl Drop for Run {
             reap::unregister_leader(pid);
         };
         let deadline = std::time::Instant::now() + KILL_DEADLINE;
+        // The sandbox's ids stay leased until its tree is gone.
+        #[cfg(target_os = "linux")]
+        let ids = self.sandbox_ids.take();
         super::dropped::clean_up(deadline, move || {
             if let Some(c) = cleanup {
                 c(deadline);
             }
             reap_leader(deadline);
+            #[cfg(target_os = "linux")]
+            drop(ids);
         });
     }
 }

@@ -71,6 +71,9 @@ pub(crate) struct Run {
     /// The run's record and control socket (see [`crate::runs`]).
     #[cfg(target_os = "linux")]
     registration: Option<crate::runs::registration::Registration>,
+    /// A root sandbox's host ids, leased until the run is over.
+    #[cfg(target_os = "linux")]
+    sandbox_ids: Option<crate::containment::sandbox::IdLease>,
     /// Killed by the exit hook if this process exits while the run lives (see `dropped`).
     _live: dropped::Live,
 }

@@ -248,6 +248,9 @@ pub(crate) struct Spawned {
     pub pipes: Pipes,
     /// How the leader got into its containment, for the debug log.
     pub how: &'static str,
+    /// A root sandbox's host ids, leased for the run.
+    #[cfg(target_os = "linux")]
+    pub sandbox_ids: Option<crate::containment::sandbox::IdLease>,
 }
 
 /// Whether this is the process's main thread: `PR_SET_PDEATHSIG` fires when the *thread* that
@@ -261,31 +264,38 @@ fn on_main_thread() -> bool {
 /// too large to exec, could not join the cgroup, the sandbox); nothing is left running then.
 /// `terminal`: the leader makes its new group the terminal's foreground group before exec.
 /// `own_session`: the leader leads a session of its own (no controlling terminal), not only a
-/// process group. `sandbox`: the leader starts in it (Linux, cgroup backend only; anything else
-/// is an error, never a weaker sandbox), in a session of its own.
+/// process group. `opts`' sandbox: the leader starts in it (Linux, cgroup backend only;
+/// anything else is an error, never a weaker sandbox), in a session of its own.
 pub(crate) fn spawn(
     cmd: &mut Command,
     backend: &AnyBackend,
     terminal: Option<&Foreground>,
     own_session: bool,
-    sandbox: Option<Sandbox>,
+    opts: &crate::ContainOptions,
 ) -> Result<Spawned, Failure> {
+    let sandbox = opts.sandbox;
     let tty = terminal.map(Foreground::raw_fd);
     #[cfg(not(target_os = "linux"))]
     if sandbox.is_some() {
         return Err(Failure::Sandbox(SandboxError::NotLinux));
     }
     #[cfg(target_os = "linux")]
-    let plan = match sandbox {
-        None => None,
+    let (plan, ids) = match sandbox {
+        None => (None, None),
         Some(mode) => {
             if !backend.capabilities().spawns_leader_inside {
                 return Err(Failure::Sandbox(SandboxError::NeedsCgroupBackend {
                     backend: backend.kind(),
                 }));
             }
-            let plan = reaper_platform::linux::sandbox::SandboxPlan::new(mode == Sandbox::Pid)
-                .map_err(|e| Failure::Sandbox(SandboxError::Prepare(e)))?;
+            // The run records' sockets take orders: not for the sandbox to see.
+            let hidden = crate::runs::dir::all_candidates();
+            let (plan, ids) = crate::containment::sandbox::prepare(
+                mode == Sandbox::Pid,
+                &opts.sandbox_paths,
+                &hidden,
+            )
+            .map_err(|e| Failure::Sandbox(SandboxError::Prepare(e)))?;
             // The sandbox lives in a user namespace of its own: where the kernel forbids
             // unprivileged ones, say so by name rather than fail on a later step.
             if plan.unprivileged()
@@ -293,17 +303,27 @@ pub(crate) fn spawn(
             {
                 return Err(Failure::Sandbox(SandboxError::NoUnprivilegedUserNamespaces));
             }
-            Some(plan)
+            (Some(plan), ids)
         }
     };
     #[cfg(target_os = "linux")]
     if let Some(dir) = crate::containment::spawn::clone_target(backend) {
         use crate::containment::spawn::Error as CloneError;
         match clone3::spawn(cmd, dir, tty, own_session, plan.as_ref()) {
-            Ok(s) => return Ok(s),
+            Ok(s) => {
+                return Ok(Spawned {
+                    sandbox_ids: ids,
+                    ..s
+                })
+            }
             Err(CloneError::Sandbox(e)) => {
                 let unprivileged = plan.as_ref().is_some_and(|p| p.unprivileged());
                 return Err(Failure::Sandbox(step_refused(e, unprivileged)));
+            }
+            Err(CloneError::Failed(e))
+                if ids.is_some() && e.raw_os_error() == Some(libc::EACCES) =>
+            {
+                return Err(Failure::Sandbox(SandboxError::Stranger(cmd.explain(e))));
             }
             Err(CloneError::Failed(e)) => return Err(Failure::Io(cmd.explain(e))),
             Err(CloneError::Unsupported(e)) if plan.is_some() => {
@@ -402,6 +422,8 @@ fn spawn_std(
         handle: Handle::open(pid),
         pipes,
         how: "fork, then join in pre_exec",
+        #[cfg(target_os = "linux")]
+        sandbox_ids: None,
     })
 }
 
@@ -444,8 +466,11 @@ mod clone3 {
             .collect::<Result<Vec<_>, _>>()?;
         let envp = spawn::env_block(env.iter().map(|(k, v)| (k.as_os_str(), v.as_os_str())))
             .ok_or_else(nul)?;
-        let cwd = match &cmd.cwd {
-            Some(d) => Some(spawn::c_path(d).map_err(failed)?),
+        // A sandboxed leader enters its working directory by path once its mounts are in
+        // place: the one it would inherit is the host's, beneath a declared directory's mount.
+        let inherited = || sandbox.and_then(|_| std::env::current_dir().ok());
+        let cwd = match cmd.cwd.clone().or_else(inherited) {
+            Some(d) => Some(spawn::c_path(&d).map_err(failed)?),
             None => None,
         };
 
@@ -505,6 +530,7 @@ mod clone3 {
                 stderr: e.map(ChildStderr::from),
             },
             how: "clone3(CLONE_INTO_CGROUP)",
+            sandbox_ids: None,
         })
     }
 }

@@ -59,7 +59,7 @@ impl Run {
             cmd.env
                 .push((crate::runs::RUN_ID_ENV.into(), Some(id.to_string().into())))
         });
-        let spawned = spawn::spawn(cmd, &backend, terminal.as_ref(), own_session, opts.sandbox);
+        let spawned = spawn::spawn(cmd, &backend, terminal.as_ref(), own_session, &opts);
         #[cfg(target_os = "linux")]
         if tagged.is_some() {
             cmd.env.pop();
@@ -76,6 +76,8 @@ impl Run {
             }
         };
         let (pid, pipes) = (spawned.pid, spawned.pipes);
+        #[cfg(target_os = "linux")]
+        let sandbox_ids = spawned.sandbox_ids;
         tracing::debug!(
             pid = pid.as_raw_nonzero().get(),
             how = spawned.how,
@@ -145,6 +147,8 @@ impl Run {
             raise_priority: opts.raise_priority,
             #[cfg(target_os = "linux")]
             registration,
+            #[cfg(target_os = "linux")]
+            sandbox_ids,
             _live: live,
         };
         Ok((run, pipes))

@@ -2,26 +2,35 @@
 //! through its control socket, so that the owner runs its own stop sequence and reports why;
 //! done directly when the owner cannot answer (stopped, not looking at its run) or is gone.
 //!
-//! Directly, with a cgroup: the first signal to every process of the cgroup through pidfds,
-//! the grace, then `cgroup.kill`, waiting for `populated 0`, and the processes outside it that
-//! carry the run's id (escapees) killed too; the cgroup is removed when the owner is gone (a stopped owner removes it itself once continued, and reports the stop from
-//! the note left beside the record). Without a cgroup (subreaper, pgid) nothing names the tree
-//! but the leader's descendants and the processes that carry the run's id
-//! ([`super::RUN_ID_ENV`]): those are stopped (SIGSTOP until no new one appears) and killed
-//! through pidfds; a process that cleared its environment and left the leader's subtree
-//! cannot be found.
+//! The record is the run's user's to write, and so every process of the run's: directly,
+//! nothing it names is believed. What is signalled is what the kernel proves is the run's:
+//! - its cgroup, when the one the record names is named after the run, under the cgroup2
+//!   mount, and made by the run's user: the first signal to its members through pidfds, the
+//!   grace, then `cgroup.kill`, waiting for `populated 0`; removed when the owner is gone (a
+//!   stopped owner removes it itself once continued, and reports the stop from the note left
+//!   beside the record);
+//! - without one, and for what left it: the processes of the run's user carrying the run's id
+//!   ([`super::RUN_ID_ENV`]) that started after the owner did — never this process, its
+//!   ancestors or PID 1 — and their descendants, each found through its parent: stopped
+//!   (SIGSTOP until no new one appears) and killed through pidfds. A process that cleared its
+//!   environment and left that subtree cannot be found.
+//!
+//! Root ending a user's run does all of it as that user ([`super::as_user`]): a process the
+//! user could not signal is not signalled.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use reaper_platform::linux::cgroup::Cgroup;
-use reaper_platform::linux::procfs;
+use reaper_platform::linux::procfs::{self, ProcStat};
 use reaper_platform::{signal, Signal};
 use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
-use super::id::RUN_ID_ENV;
-use super::record::{self, Files, How, Owner, Phase};
+use super::dir::Dir;
+use super::id::{RunId, RUN_ID_ENV};
+use super::record::{self, How, Names, Owner, Phase};
 use super::view::RunStatus;
 use crate::containment::{self, sigstop, Process};
 
@@ -59,8 +68,9 @@ pub enum Done {
     },
     /// Without the owner.
     Directly {
-        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`, or `kept` (the
-        /// run was kept alive outside reaper).
+        /// Why the owner did not do it: `stopped`, `not-answering`, `gone`, `kept` (the run
+        /// was kept alive outside reaper), or `impostor` (something else listens at the run's
+        /// socket).
         owner: &'static str,
         /// How many processes were ended.
         killed: usize,
@@ -87,11 +97,11 @@ pub enum EndError {
     /// The owner is in another PID namespace: neither it nor the pids of its run mean anything
     /// here.
     OwnerElsewhere,
-    /// The record names a cgroup that is not the run's (not under the cgroup2 mount, another
-    /// name, another user's): nothing was signalled.
-    NotTheRunsCgroup(std::path::PathBuf),
     /// Something was left alive after SIGKILL (uninterruptible sleep, a frozen process).
     Survived(String),
+    /// The owner refused the request, and said why (this process is one of a run's, or not
+    /// the run's user): nothing was done.
+    Refused(String),
     /// The request could not be sent.
     Io(std::io::Error),
 }
@@ -107,13 +117,8 @@ impl std::fmt::Display for EndError {
                 f,
                 "the run's owner is in another PID namespace; end it from there"
             ),
-            EndError::NotTheRunsCgroup(p) => write!(
-                f,
-                "the record names {} as the run's cgroup, which is not a cgroup of this run; \
-                 nothing was signalled",
-                p.display()
-            ),
             EndError::Survived(what) => write!(f, "still alive after SIGKILL: {what}"),
+            EndError::Refused(why) => write!(f, "the run's owner refused: {why}"),
             EndError::Io(e) => write!(f, "cannot ask the run's owner: {e}"),
         }
     }
@@ -136,7 +141,15 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
             uid,
         });
     }
-    let files = Files::of(&run.dir, &run.id);
+    let dir = Dir::open(&run.dir, run.file_uid).ok_or_else(|| {
+        EndError::Io(std::io::Error::other(format!(
+            "{} is no longer a records directory of uid {}",
+            run.dir.display(),
+            run.file_uid
+        )))
+    })?;
+    let names = Names::of(&run.id);
+    let recorded = |dir: &Dir| dir.age(&names.record).is_some();
     // A kept run is out of its owner's hands: nobody else will remove it.
     let kept = r.phase == Phase::Kept;
     let owner = if kept { Owner::Gone } else { record::owner(r) };
@@ -151,17 +164,12 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
             } else {
                 opts.answer_within
             };
-            let socket = files.socket.clone();
-            let run_uid = r.uid;
-            let (asker, answer) = blocking(move || {
-                let asker = Asker::new()?;
-                let answer = asker.ask(&socket, run_uid, how, within)?;
-                Ok((asker, answer))
-            })
-            .await
-            .map_err(EndError::Io)?;
+            let (id, asking) = (run.id, dir.try_clone().map_err(EndError::Io)?);
+            let answer = blocking(move || Asker::ask(&asking, &id, how, within))
+                .await
+                .map_err(EndError::Io)?;
             match answer {
-                Answer::Taken => {
+                Answer::Taken(mut asker) => {
                     let wait = opts
                         .wait
                         .unwrap_or(Duration::from_millis(r.grace_ms) + KILL_DEADLINE);
@@ -169,71 +177,53 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
                     let ended = blocking(move || asker.ended(until))
                         .await
                         .map_err(EndError::Io)?;
-                    if ended.is_some() || !files.record.exists() {
+                    if ended.is_some() || !recorded(&dir) {
                         return Ok(Done::Owner { ended });
                     }
                     "not-answering"
                 }
-                Answer::NoListener if !files.record.exists() => return Ok(Done::AlreadyOver),
+                Answer::Refused(why) => return Err(EndError::Refused(why)),
+                Answer::NoListener if !recorded(&dir) => return Ok(Done::AlreadyOver),
+                Answer::NotTheOwner(who) => {
+                    tracing::warn!("run {}: {who}; ending it without", run.id);
+                    "impostor"
+                }
                 _ if stopped => "stopped",
                 _ => "not-answering",
             }
         }
     };
-    // The owner reports the stop once it runs again (or nobody does, if it is gone).
-    if owner != Owner::Gone {
-        record::write_note(&run.dir, &run.id, r.uid, how);
+    let (dir_uid, dir_gid) = (dir.uid(), dir.gid());
+    let direct = Direct {
+        id: run.id,
+        dir,
+        how,
+        owner_gone: owner == Owner::Gone,
+        why,
+        grace: match how {
+            How::Stop => opts.grace.unwrap_or(Duration::from_millis(r.grace_ms)),
+            How::Kill => Duration::ZERO,
+        },
+        first: match how {
+            How::Stop => r.stop_signal.and_then(signal::from_raw),
+            How::Kill => None,
+        },
+        cgroup: record::cgroup_of(r, run.file_uid),
+        claimed_cgroup: r.cgroup.clone(),
+    };
+    if uid == 0 && dir_uid != 0 {
+        super::as_user::run(dir_uid, dir_gid, move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(EndError::Io)?;
+            rt.block_on(direct.run())
+        })
+        .await
+        .map_err(EndError::Io)?
+    } else {
+        direct.run().await
     }
-    let grace = match how {
-        How::Stop => opts.grace.unwrap_or(Duration::from_millis(r.grace_ms)),
-        How::Kill => Duration::ZERO,
-    };
-    let first = match how {
-        How::Stop => r.stop_signal.and_then(signal::from_raw),
-        How::Kill => None,
-    };
-    let done = match &r.cgroup {
-        Some(path) => {
-            if !path.exists() {
-                Done::Directly {
-                    owner: why,
-                    killed: 0,
-                    cgroup_removed: false,
-                    limits: None,
-                }
-            } else {
-                let cg = record::cgroup_of(r, run.file_uid)
-                    .ok_or_else(|| EndError::NotTheRunsCgroup(path.clone()))?;
-                let mut killed = end_cgroup(&cg, first, grace).await?;
-                // What left the cgroup (root can) still carries the run's id.
-                killed += end_tree(run, None, Duration::ZERO).await?;
-                let removed = owner == Owner::Gone && cg.remove_subtree().is_ok();
-                Done::Directly {
-                    owner: why,
-                    killed,
-                    cgroup_removed: removed,
-                    limits: None,
-                }
-            }
-        }
-        None => {
-            let killed = end_tree(run, first, grace).await?;
-            Done::Directly {
-                owner: why,
-                killed,
-                cgroup_removed: false,
-                limits: Some(
-                    "the run has no cgroup: its processes were found as the leader's \
-                     descendants and by REAPER_RUN_ID; one that cleared its environment and \
-                     left the leader's subtree cannot be found",
-                ),
-            }
-        }
-    };
-    if owner == Owner::Gone {
-        files.remove();
-    }
-    Ok(done)
 }
 
 /// Runs `f` on a blocking thread (it waits on a socket).
@@ -243,6 +233,75 @@ async fn blocking<T: Send + 'static>(
     tokio::task::spawn_blocking(f)
         .await
         .map_err(std::io::Error::other)?
+}
+
+/// A run ended without its owner: only what the kernel proves is the run's.
+struct Direct {
+    id: RunId,
+    /// The records directory, as opened before anything was asked: what is at its path now
+    /// may be another.
+    dir: Dir,
+    how: How,
+    owner_gone: bool,
+    why: &'static str,
+    grace: Duration,
+    first: Option<Signal>,
+    /// The record's cgroup, when it is provably the run's.
+    cgroup: Option<Cgroup>,
+    /// What the record said, for the report.
+    claimed_cgroup: Option<PathBuf>,
+}
+
+impl Direct {
+    async fn run(self) -> Result<Done, EndError> {
+        // The owner reports the stop once it runs again (or nobody does, if it is gone).
+        if !self.owner_gone {
+            record::write_note(&self.dir, &self.id, self.how);
+        }
+        let spare = spared();
+        let tree = Tree {
+            id: self.id,
+            uid: self.dir.uid(),
+            spare: &spare,
+        };
+        let mut killed = 0;
+        let mut removed = false;
+        let mut limits = None;
+        match &self.cgroup {
+            Some(cg) if cg.path().exists() => {
+                killed += end_cgroup(cg, self.first, self.grace).await?;
+                // What left the cgroup (root can) still carries the run's id.
+                killed += end_tree(&tree, None, Duration::ZERO).await?;
+                removed = self.owner_gone && cg.remove_subtree().is_ok();
+            }
+            Some(_) => killed += end_tree(&tree, None, Duration::ZERO).await?,
+            None => {
+                if let Some(claimed) = &self.claimed_cgroup {
+                    tracing::warn!(
+                        "run {}: the record names {} as its cgroup, which is not the run's; \
+                         only the processes carrying the run's id are ended",
+                        self.id,
+                        claimed.display()
+                    );
+                }
+                killed += end_tree(&tree, self.first, self.grace).await?;
+                limits = Some(
+                    "the run has no cgroup of its own: its processes were found by \
+                     REAPER_RUN_ID and as their descendants; one that cleared its environment \
+                     and left that subtree cannot be found",
+                );
+            }
+        }
+        if self.owner_gone {
+            Names::of(&self.id).remove(&self.dir);
+        }
+        Ok(Done::Directly {
+            owner: self.why,
+            killed,
+            cgroup_removed: removed,
+            limits,
+        })
+    }
 }
 
 /// The cgroup's stop: `first` (if any) to every process in it, SIGCONT, up to `grace` for it to
@@ -307,30 +366,31 @@ async fn wait_empty(cg: &Cgroup, deadline: Instant) -> bool {
     }
 }
 
-/// A run without a cgroup: `first` to what can be found of it, the grace, then SIGSTOP until
-/// no new process appears and SIGKILL for all. Returns how many processes it ended.
+/// `first` to what can be found of the run by its id, the grace, then SIGSTOP until no new
+/// process appears and SIGKILL for all. Returns how many processes it ended; a process that
+/// could not be signalled (the user may not) is reported as a survivor.
 async fn end_tree(
-    run: &RunStatus,
+    tree: &Tree<'_>,
     first: Option<Signal>,
     grace: Duration,
 ) -> Result<usize, EndError> {
     let mut ended: HashSet<crate::Identity> = HashSet::new();
     if let Some(sig) = first.filter(|_| !grace.is_zero()) {
-        let found = tree(run);
+        let found = tree.find();
         ended.extend(found.iter().map(Process::identity));
         containment::signal_each(found.clone(), sig);
         containment::signal_each(found, Signal::CONT);
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && !tree(run).is_empty() {
+        while Instant::now() < deadline && !tree.find().is_empty() {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
     let deadline = Instant::now() + KILL_DEADLINE;
     loop {
-        let killed = sigstop::stop(|_| tree(run)).kill();
+        let killed = sigstop::stop(|_| tree.find()).kill();
         ended.extend(killed.iter().map(Process::identity));
         tokio::time::sleep(Duration::from_millis(10)).await;
-        let left = tree(run);
+        let left = tree.find();
         if left.is_empty() {
             return Ok(ended.len());
         }
@@ -341,38 +401,64 @@ async fn end_tree(
     }
 }
 
-/// What can be found of a run without a cgroup: the leader and its descendants, and every
-/// process of the run's user that carries the run's id, with its descendants.
-fn tree(run: &RunStatus) -> Vec<Process> {
-    let r = &run.record;
-    let id = run.id.to_string();
-    let mut roots: Vec<i32> = Vec::new();
-    // The record is its user's to write: a leader that is not that user's is not believed.
-    if procfs::is_alive(r.leader_pid, r.leader_starttime)
-        && procfs::uid(r.leader_pid) == Some(r.uid)
-    {
-        roots.push(r.leader_pid);
-    }
-    for s in procfs::all() {
-        if s.is_dead() || roots.contains(&s.pid) || procfs::uid(s.pid) != Some(r.uid) {
-            continue;
-        }
-        if procfs::environ_var(s.pid, RUN_ID_ENV).as_deref() == Some(id.as_str()) {
-            roots.push(s.pid);
-        }
-    }
-    let me = std::process::id() as i32;
-    let mut out: Vec<Process> = Vec::new();
-    let mut seen = HashSet::new();
-    for root in roots {
-        let Ok(s) = procfs::stat(root) else { continue };
-        let mut all = vec![s];
-        all.extend(procfs::descendants(root, &[]));
-        for s in all {
-            if !s.is_dead() && s.pid != me && seen.insert(s.pid) {
-                out.push(Process::from(s));
-            }
+/// This process and its ancestors: never part of a run it ends, whatever they carry.
+fn spared() -> HashSet<i32> {
+    let mut out = HashSet::from([1]);
+    let mut p = std::process::id() as i32;
+    while p > 1 && out.insert(p) {
+        match procfs::stat(p) {
+            Ok(s) => p = s.ppid,
+            Err(_) => break,
         }
     }
     out
+}
+
+/// What is provably a run's without its cgroup.
+struct Tree<'a> {
+    id: RunId,
+    /// The run's user.
+    uid: u32,
+    /// Never signalled: PID 1, this process, its ancestors.
+    spare: &'a HashSet<i32>,
+}
+
+impl Tree<'_> {
+    /// The processes of the run's user that carry the run's id and started after its owner
+    /// did, and their descendants (each a child of one found, by its own `stat`).
+    fn find(&self) -> Vec<Process> {
+        let id = self.id.to_string();
+        let since = self.id.owner().starttime;
+        let all = procfs::all();
+        let mut children: HashMap<i32, Vec<&ProcStat>> = HashMap::new();
+        for s in &all {
+            children.entry(s.ppid).or_default().push(s);
+        }
+        let mut queue: Vec<&ProcStat> = all
+            .iter()
+            .filter(|s| {
+                !s.is_dead()
+                    && !self.spare.contains(&s.pid)
+                    && s.starttime >= since
+                    && procfs::uid(s.pid) == Some(self.uid)
+                    && procfs::environ_var(s.pid, RUN_ID_ENV).as_deref() == Some(id.as_str())
+            })
+            .collect();
+        let mut seen: HashSet<i32> = queue.iter().map(|s| s.pid).collect();
+        let mut out = Vec::new();
+        while let Some(s) = queue.pop() {
+            out.push(Process::from(s.clone()));
+            for c in children.get(&s.pid).map(Vec::as_slice).unwrap_or(&[]) {
+                // A child starts after its parent: a later pid holder is not one.
+                if !c.is_dead()
+                    && c.starttime >= s.starttime
+                    && !self.spare.contains(&c.pid)
+                    && seen.insert(c.pid)
+                {
+                    queue.push(c);
+                }
+            }
+        }
+        out
+    }
 }

@@ -26,14 +26,16 @@
 //! | module         | concern                                                         |
 //! |----------------|-----------------------------------------------------------------|
 //! | `id`           | [`RunId`], [`RUN_ID_ENV`]                                       |
-//! | `dir`          | where records live, made and trusted per user                   |
+//! | `dir`          | where records live, made and trusted per user; files in them    |
 //! | `record`       | the record file, the note of an outside stop, the stale sweep   |
 //! | `control`      | the control socket: the owner's end and the asker's             |
 //! | `registration` | the owner's side: recorded at the start, removed with the run   |
 //! | `view`         | [`RunStatus`]: the record and the host's figures                |
 //! | `act`          | [`end`]: through the owner, or directly                         |
+//! | `as_user`      | root acting for a user, with that user's power only             |
 
 mod act;
+pub(crate) mod as_user;
 pub(crate) mod control;
 pub(crate) mod dir;
 mod id;

@@ -5,15 +5,17 @@
 //! it: the run's control socket (`ID.sock`, [`super::control`]) and, once someone stopped the
 //! run directly while its owner could not answer, a note saying so (`ID.stopped`).
 //!
-//! Files are replaced by a rename, so a reader sees a whole record or none.
+//! Files are replaced by a rename, so a reader sees a whole record or none. Everything here is
+//! written by the run's user, and so by any process of the run: read as a claim (what `ps`
+//! shows), never as what may be signalled — see [`super::act`].
 
-use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 
 use reaper_platform::linux::{cgroup::Cgroup, procfs};
 use serde::{Deserialize, Serialize};
 
+use super::dir::Dir;
 use super::id::RunId;
 use crate::{Limits, StopReason};
 
@@ -104,26 +106,26 @@ impl How {
     }
 }
 
-/// The files of run `id` in `dir`.
-pub(crate) struct Files {
-    pub record: PathBuf,
-    pub socket: PathBuf,
-    pub note: PathBuf,
+/// The names of run `id`'s files in its records directory.
+pub(crate) struct Names {
+    pub record: String,
+    pub socket: String,
+    pub note: String,
 }
 
-impl Files {
-    pub(crate) fn of(dir: &Path, id: &RunId) -> Files {
-        Files {
-            record: dir.join(format!("{id}.json")),
-            socket: dir.join(format!("{id}.sock")),
-            note: dir.join(format!("{id}.stopped")),
+impl Names {
+    pub(crate) fn of(id: &RunId) -> Names {
+        Names {
+            record: format!("{id}.json"),
+            socket: format!("{id}.sock"),
+            note: format!("{id}.stopped"),
         }
     }
 
-    /// Removes all of them (each may be gone already).
-    pub(crate) fn remove(&self) {
+    /// Removes all of them from `dir` (each may be gone already).
+    pub(crate) fn remove(&self, dir: &Dir) {
         for f in [&self.record, &self.socket, &self.note] {
-            let _ = std::fs::remove_file(f);
+            dir.remove(f);
         }
     }
 }
@@ -138,33 +140,51 @@ pub(crate) fn boot_id() -> &'static str {
     })
 }
 
-/// Writes the first `record` of a run to `path`, a new file, in one write: a reader sees it
-/// empty (not a record yet) or whole.
-pub(crate) fn create(path: &Path, record: &RunRecord) -> std::io::Result<()> {
-    let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)?
-        .write_all(&json)
+/// Shortens what a record quotes (the command line, the request id) until it is well under
+/// what a reader reads ([`super::dir::MAX_FILE`]): a record is for showing, and an argv may
+/// be as long as the kernel allows (megabytes).
+pub(crate) fn fit(record: &mut RunRecord) {
+    const MAX_ARG: usize = 4096;
+    let cut = |s: &str, max: usize| -> String {
+        if s.len() <= max {
+            return s.to_owned();
+        }
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        format!("{}…", &s[..end])
+    };
+    if let Some(r) = &record.request_id {
+        record.request_id = Some(cut(r, 1024));
+    }
+    let whole = std::mem::take(&mut record.argv);
+    let mut budget = 32 * 1024;
+    loop {
+        let mut left = budget;
+        record.argv = Vec::new();
+        for a in &whole {
+            if left == 0 {
+                record.argv.push("…".into());
+                break;
+            }
+            let arg = cut(a, MAX_ARG.min(left));
+            left = left.saturating_sub(arg.len());
+            record.argv.push(arg);
+        }
+        let small = serde_json::to_vec(record).is_ok_and(|j| j.len() <= super::dir::MAX_FILE / 2);
+        if small || budget < 64 {
+            return;
+        }
+        budget /= 2;
+    }
 }
 
-/// Writes `record` to `path` whole: a temporary file beside it, renamed over it.
-pub(crate) fn write(path: &Path, record: &RunRecord) -> std::io::Result<()> {
+/// Writes `record` into `dir` whole (a new file renamed over the old: a reader sees the old
+/// record or the new, and whatever the tree put at its name is replaced, not written through).
+pub(crate) fn write(dir: &Dir, record: &RunRecord) -> std::io::Result<()> {
     let json = serde_json::to_vec(record).map_err(std::io::Error::other)?;
-    let tmp = path.with_extension("json.tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(&json)?;
-    drop(f);
-    std::fs::rename(&tmp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&tmp);
-    })
+    dir.replace(&Names::of(&record.id).record, &json)
 }
 
 /// A record read back, with what its file says about who wrote it.
@@ -177,50 +197,67 @@ pub(crate) struct Found {
     pub file_uid: u32,
 }
 
-/// Every record in `dir` (of user `uid`) that reads as one and is that user's own.
-pub(crate) fn read_dir(dir: &Path, uid: u32) -> Vec<Found> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    for e in rd.flatten() {
-        let name = e.file_name();
-        let Some(id) = name
-            .to_str()
-            .and_then(|n| n.strip_suffix(".json"))
-            .and_then(|n| n.parse::<RunId>().ok())
-        else {
-            continue;
-        };
-        if let Some(f) = read_one(dir, uid, &id) {
-            out.push(f);
-        }
+/// The most records read from one directory: what a reader holds stays bounded whatever a
+/// user puts there (each record is at most [`super::dir::MAX_FILE`]).
+const MAX_RECORDS: usize = 4096;
+
+/// Every record in `dir` that reads as one and is its user's own (the first [`MAX_RECORDS`]).
+pub(crate) fn read_dir(dir: &Dir) -> Vec<Found> {
+    let mut ids: Vec<RunId> = dir
+        .names()
+        .iter()
+        .filter_map(|n| n.strip_suffix(".json")?.parse::<RunId>().ok())
+        .collect();
+    if ids.len() > MAX_RECORDS {
+        tracing::warn!(
+            "{} holds {} records; only {MAX_RECORDS} are read",
+            dir.path().display(),
+            ids.len()
+        );
+        // Which ones is arbitrary: a user who fills their directory hides only their own runs.
+        ids.sort();
+        ids.truncate(MAX_RECORDS);
     }
-    out
+    ids.iter().filter_map(|id| read_one(dir, id)).collect()
 }
 
-/// The record of run `id` in `dir`, if it is there, reads as one, and is `uid`'s.
-pub(crate) fn read_one(dir: &Path, uid: u32, id: &RunId) -> Option<Found> {
-    let file = open_nofollow(&Files::of(dir, id).record)?;
-    let file_uid = file.metadata().ok()?.uid();
-    let record: RunRecord = serde_json::from_reader(std::io::BufReader::new(file)).ok()?;
+/// The record of run `id` in `dir`, if it is there, reads as one, and is the directory's
+/// user's. A claim all the same: it says what its writer (the run's user, and so every
+/// process of the run) wanted it to say.
+pub(crate) fn read_one(dir: &Dir, id: &RunId) -> Option<Found> {
+    let (bytes, file_uid) = dir.read(&Names::of(id).record)?;
+    let record: RunRecord = serde_json::from_slice(&bytes).ok()?;
+    let uid = dir.uid();
     // A record names itself and its writer: one copied under another name, or claiming
-    // another user, is not believed.
-    (record.version == RECORD_VERSION && record.id == *id && file_uid == uid && record.uid == uid)
-        .then(|| Found {
-            record,
-            dir: dir.to_owned(),
-            file_uid,
-        })
+    // another user, is not believed; nor one whose live owner is another user's process.
+    let believed = record.version == RECORD_VERSION
+        && record.id == *id
+        && file_uid == uid
+        && record.uid == uid
+        && owner_uid(&record).is_none_or(|u| u == uid);
+    believed.then(|| Found {
+        record,
+        dir: dir.path().to_owned(),
+        file_uid,
+    })
 }
 
-/// `path` opened for reading, unless it is a symbolic link.
-fn open_nofollow(path: &Path) -> Option<std::fs::File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .ok()
+/// The effective uid of the record's owner, when it is alive in this PID namespace.
+fn owner_uid(record: &RunRecord) -> Option<u32> {
+    if !matches!(owner(record), Owner::Alive { .. }) {
+        return None;
+    }
+    let o = record.id.owner();
+    let status = std::fs::read_to_string(format!("/proc/{}/status", o.pid)).ok()?;
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    // Read after the status: still the owner, so the status was its.
+    procfs::is_alive(o.pid, o.starttime).then_some(euid)
 }
 
 /// Whether the record's owner is alive, as far as this process can tell.
@@ -253,9 +290,9 @@ pub(crate) fn owner(record: &RunRecord) -> Owner {
     }
 }
 
-/// The cgroup a record names, if it is one the record's run may have: under the cgroup2
-/// mount, named after the run (or its kept name), and made by the record's user. Anything else
-/// is never read for figures, nor signalled.
+/// The cgroup a record names, if it is provably the run's: named after the run (the id the
+/// record's file is named after, or its kept name), under the cgroup2 mount, made by the
+/// record's user. Anything else is never read for figures, nor signalled.
 pub(crate) fn cgroup_of(record: &RunRecord, file_uid: u32) -> Option<Cgroup> {
     use crate::containment::cgroup::place;
     let dir = record.cgroup.as_deref()?;
@@ -271,39 +308,25 @@ pub(crate) fn cgroup_of(record: &RunRecord, file_uid: u32) -> Option<Cgroup> {
     let mount = place::mount_point().ok()?;
     let real = std::fs::canonicalize(dir).ok()?;
     let meta = std::fs::symlink_metadata(&real).ok()?;
-    (real.starts_with(&mount) && real != mount && meta.uid() == file_uid).then(|| Cgroup::at(real))
+    let made_by_user = meta.is_dir() && meta.uid() == file_uid;
+    let under = real.starts_with(&mount) && real != mount;
+    let same_name = real.file_name().and_then(|n| n.to_str()) == Some(name);
+    (under && made_by_user && same_name).then(|| Cgroup::at(real))
 }
 
 /// A note that the run was ended from outside while its owner could not answer, for the owner
-/// to report truthfully once it runs again. Written as the run's user (`uid`), through a fresh
-/// file renamed into place: the directory is that user's, and root must not write through a
-/// link or into a file the user put there.
-pub(crate) fn write_note(dir: &Path, id: &RunId, uid: u32, how: How) {
-    use rustix::fs::{Mode, OFlags};
-    let note = Files::of(dir, id).note;
-    let tmp = note.with_extension(format!("stopped.{}", std::process::id()));
-    let written = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::open(
-            &tmp,
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        if rustix::process::geteuid().as_raw() != uid {
-            rustix::fs::fchown(&fd, Some(rustix::process::Uid::from_raw(uid)), None)?;
-        }
-        std::fs::File::from(fd).write_all(how.word().as_bytes())?;
-        std::fs::rename(&tmp, &note)
-    })();
-    if let Err(e) = written {
-        let _ = std::fs::remove_file(&tmp);
-        tracing::debug!("no note of the stop in {}: {e}", dir.display());
+/// to report truthfully once it runs again: a fresh file renamed into place, the directory's
+/// user's.
+pub(crate) fn write_note(dir: &Dir, id: &RunId, how: How) {
+    if let Err(e) = dir.replace(&Names::of(id).note, how.word().as_bytes()) {
+        tracing::debug!("no note of the stop in {}: {e}", dir.path().display());
     }
 }
 
 /// The note of run `id`, if someone left one.
-pub(crate) fn read_note(dir: &Path, id: &RunId) -> Option<How> {
-    let f = open_nofollow(&Files::of(dir, id).note)?;
-    match std::io::read_to_string(f).ok()?.trim() {
+pub(crate) fn read_note(dir: &Dir, id: &RunId) -> Option<How> {
+    let (bytes, _) = dir.read(&Names::of(id).note)?;
+    match std::str::from_utf8(&bytes).ok()?.trim() {
         "stop" => Some(How::Stop),
         "kill" => Some(How::Kill),
         _ => None,
@@ -311,37 +334,28 @@ pub(crate) fn read_note(dir: &Path, id: &RunId) -> Option<How> {
 }
 
 /// Whether this process should sweep `dir` now: at most once a minute for each records
-/// directory, by the time of a marker file (`.swept`) that the sweeper touches. A run's start
-/// pays one `stat` otherwise.
-pub(crate) fn sweep_due(dir: &Path) -> bool {
-    let marker = dir.join(".swept");
-    let fresh = std::fs::symlink_metadata(&marker)
-        .ok()
-        .and_then(|m| m.modified().ok())
-        .and_then(|t| t.elapsed().ok())
-        .is_some_and(|age| age < SWEEP_EVERY);
-    if fresh {
+/// directory, by the time of a marker file (`.swept`) that the sweeper makes anew. A run's
+/// start pays one `stat` otherwise.
+pub(crate) fn sweep_due(dir: &Dir) -> bool {
+    const MARKER: &str = ".swept";
+    if dir.age(MARKER).is_some_and(|age| age < SWEEP_EVERY) {
         return false;
     }
-    // Replaced, not written through: the marker is never followed as a link.
-    let _ = std::fs::remove_file(&marker);
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&marker)
-        .is_ok()
+    // Replaced, never written through: whatever is at the name is unlinked first.
+    dir.remove(MARKER);
+    dir.create_new(MARKER)
 }
 
 /// How often a records directory is swept, at most.
 const SWEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Removes the records in `dir` (of user `uid`) whose run is provably over: the owner is gone
-/// and so is what the run lived in (its cgroup removed or empty; without one, its leader).
-/// A kept run's record goes with its kept cgroup. Returns how many it removed.
-pub(crate) fn sweep(dir: &Path, uid: u32) -> usize {
+/// Removes the records in `dir` whose run is provably over: the owner is gone and so is what
+/// the run lived in (its cgroup removed or empty; without one, its leader). A kept run's
+/// record goes with its kept cgroup. Returns how many it removed. Only files are at stake: a
+/// lying record is removed early or kept late, and nothing is signalled.
+pub(crate) fn sweep(dir: &Dir) -> usize {
     let mut removed = 0;
-    for found in read_dir(dir, uid) {
+    for found in read_dir(dir) {
         let r = &found.record;
         let over = match r.phase {
             Phase::Kept => !cgroup_populated(&found),
@@ -354,7 +368,7 @@ pub(crate) fn sweep(dir: &Path, uid: u32) -> usize {
             }
         };
         if over {
-            Files::of(dir, &r.id).remove();
+            Names::of(&r.id).remove(dir);
             removed += 1;
         }
     }
@@ -371,7 +385,7 @@ fn cgroup_populated(found: &Found) -> bool {
 /// a stale sweep has just removed.
 pub(crate) fn forget(cgroup: &str) {
     if let (Some(dir), Some(id)) = (super::dir::own(), RunId::from_cgroup_name(cgroup)) {
-        Files::of(dir, &id).remove();
+        Names::of(&id).remove(dir);
     }
 }
 
@@ -381,15 +395,14 @@ pub(crate) fn remove_taken_over(owner: crate::Identity, pidns: u64) {
     let Some(dir) = super::dir::own() else {
         return;
     };
-    let uid = rustix::process::geteuid().as_raw();
-    for found in read_dir(dir, uid) {
+    for found in read_dir(dir) {
         let r = &found.record;
         if r.id.owner() == owner
             && r.id.pidns() == pidns
             && r.phase != Phase::Kept
             && r.cgroup.as_ref().is_some_and(|c| !c.exists())
         {
-            Files::of(dir, &r.id).remove();
+            Names::of(&r.id).remove(dir);
         }
     }
 }
@@ -420,42 +433,66 @@ mod tests {
         }
     }
 
+    fn tempdir(what: &str) -> (PathBuf, Dir) {
+        use std::os::unix::fs::DirBuilderExt;
+        let p = std::env::temp_dir().join(format!("reaper-unit-{what}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&p);
+        std::fs::DirBuilder::new().mode(0o700).create(&p).unwrap();
+        let d = Dir::open(&p, rustix::process::geteuid().as_raw()).unwrap();
+        (p, d)
+    }
+
     #[test]
     fn records_read_back_only_under_their_own_name_and_user() {
-        let dir = std::env::temp_dir().join(format!("reaper-unit-rec-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let uid = rustix::process::geteuid().as_raw();
+        let (p, dir) = tempdir("rec");
         let r = record("1-2-3-4");
-        write(&Files::of(&dir, &r.id).record, &r).unwrap();
-        let back = read_dir(&dir, uid);
+        write(&dir, &r).unwrap();
+        let back = read_dir(&dir);
         assert_eq!(back.len(), 1);
         assert_eq!(back[0].record, r);
-        assert!(read_dir(&dir, uid + 1).is_empty(), "another user's");
         // Copied under another run's name: not believed.
         let other: RunId = "1-2-3-5".parse().unwrap();
         std::fs::copy(
-            Files::of(&dir, &r.id).record,
-            Files::of(&dir, &other).record,
+            p.join(Names::of(&r.id).record),
+            p.join(Names::of(&other).record),
         )
         .unwrap();
-        assert!(read_one(&dir, uid, &other).is_none());
+        assert!(read_one(&dir, &other).is_none());
         // Another boot's owner is gone, whoever has its pid now.
         let mut old = record("1-2-3-6");
         old.boot_id = "another boot".into();
         assert_eq!(owner(&old), Owner::Gone);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&p).unwrap();
+    }
+
+    #[test]
+    fn a_huge_command_line_is_cut_to_fit() {
+        let mut r = record("1-2-3-4");
+        r.argv = vec!["\u{1}".repeat(1 << 20), "x".repeat(1 << 20), "y".into()];
+        r.request_id = Some("z".repeat(1 << 16));
+        fit(&mut r);
+        let json = serde_json::to_vec(&r).unwrap();
+        assert!(
+            json.len() <= super::super::dir::MAX_FILE / 2,
+            "{}",
+            json.len()
+        );
+        assert!(r.argv[0].starts_with('\u{1}') && r.argv[0].ends_with('…'));
+        let mut short = record("1-2-3-5");
+        let before = short.clone();
+        fit(&mut short);
+        assert_eq!(short, before, "a usual record is left as it is");
     }
 
     #[test]
     fn notes_say_how() {
-        let dir = std::env::temp_dir().join(format!("reaper-unit-note-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let (p, dir) = tempdir("note");
         let id: RunId = "1-2-3-4".parse().unwrap();
         assert_eq!(read_note(&dir, &id), None);
-        write_note(&dir, &id, rustix::process::geteuid().as_raw(), How::Kill);
+        write_note(&dir, &id, How::Kill);
         assert_eq!(read_note(&dir, &id), Some(How::Kill));
-        Files::of(&dir, &id).remove();
+        Names::of(&id).remove(&dir);
         assert_eq!(read_note(&dir, &id), None);
-        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::remove_dir_all(&p).unwrap();
     }
 }

@@ -2,19 +2,19 @@
 //! socket bound, both removed with the run — and, once per process, the sweep of records whose
 //! run is over.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::control::Control;
-use super::dir;
+use super::dir::{self, Dir};
 use super::id::RunId;
-use super::record::{self, Files, How, Phase, RunRecord};
+use super::record::{self, How, Names, Phase, RunRecord};
 use crate::{Outcome, StopReason};
 
 /// A run, recorded: removed with the run (or when dropped).
 pub(crate) struct Registration {
-    files: Files,
-    dir: &'static Path,
+    names: Names,
+    dir: &'static Dir,
     record: RunRecord,
     /// Requests from other processes; `None` when the socket could not be bound.
     pub control: Option<Arc<Control>>,
@@ -26,15 +26,16 @@ impl Registration {
     /// Records `record` in this process's records directory and binds its control socket
     /// there. `None` when there is no directory to record it in, or the record cannot be
     /// written (the run goes on, unrecorded: `reaper ps` does not show it).
-    pub(crate) fn new(record: RunRecord) -> Option<Registration> {
+    pub(crate) fn new(mut record: RunRecord) -> Option<Registration> {
         let dir = dir::own()?;
+        record::fit(&mut record);
         sweep_once(dir);
-        let files = Files::of(dir, &record.id);
-        if let Err(e) = record::create(&files.record, &record) {
+        let names = Names::of(&record.id);
+        if let Err(e) = record::write(dir, &record) {
             tracing::debug!("run {} not recorded: {e}", record.id);
             return None;
         }
-        let control = match Control::bind(&files.socket) {
+        let control = match Control::bind(dir, &names.socket, record.uid) {
             Ok(c) => Some(Arc::new(c)),
             Err(e) => {
                 tracing::debug!("run {}: no control socket: {e}", record.id);
@@ -42,7 +43,7 @@ impl Registration {
             }
         };
         Some(Registration {
-            files,
+            names,
             dir,
             record,
             control,
@@ -62,7 +63,7 @@ impl Registration {
         }
         self.record.phase = phase;
         self.record.stop_reason = reason;
-        if let Err(e) = record::write(&self.files.record, &self.record) {
+        if let Err(e) = record::write(self.dir, &self.record) {
             tracing::debug!("run {}: record not updated: {e}", self.record.id);
         }
     }
@@ -82,12 +83,12 @@ impl Registration {
     /// The run lives on outside reaper (`keep`): its record stays, saying where, until that
     /// cgroup is empty; without one, nothing is left to show and the record goes.
     pub(crate) fn kept(mut self, at: Option<PathBuf>) {
-        let _ = std::fs::remove_file(&self.files.socket);
+        self.dir.remove(&self.names.socket);
         let Some(at) = at else { return };
         self.record.phase = Phase::Kept;
         self.record.cgroup = Some(at);
         self.record.stop_reason = None;
-        if record::write(&self.files.record, &self.record).is_ok() {
+        if record::write(self.dir, &self.record).is_ok() {
             self.keep_files = true;
         }
     }
@@ -98,25 +99,24 @@ impl Drop for Registration {
         if self.keep_files {
             return;
         }
-        self.files.remove();
+        self.names.remove(self.dir);
     }
 }
 
 /// Once per process at most (and once a minute for the directory, `record::sweep_due`), in
 /// the background: the records in `dir` whose run is over are removed (owners SIGKILLed
 /// without a guardian, kept runs whose cgroup emptied).
-fn sweep_once(dir: &'static Path) {
+fn sweep_once(dir: &'static Dir) {
     static SWEPT: std::sync::Once = std::sync::Once::new();
     SWEPT.call_once(|| {
         if !record::sweep_due(dir) {
             return;
         }
-        let uid = rustix::process::geteuid().as_raw();
         let spawned = std::thread::Builder::new()
             .name("reaper-record-sweep".into())
             .spawn(move || {
-                let n = record::sweep(dir, uid);
-                tracing::debug!("record sweep of {}: {n} removed", dir.display());
+                let n = record::sweep(dir);
+                tracing::debug!("record sweep of {}: {n} removed", dir.path().display());
             });
         if let Err(e) = spawned {
             tracing::debug!("no record sweep: {e}");

@@ -138,7 +138,7 @@ pub struct ListOptions {
 pub fn list(opts: ListOptions) -> Vec<RunStatus> {
     let mut all: Vec<RunStatus> = super::dir::visible()
         .into_iter()
-        .flat_map(|(dir, uid)| record::read_dir(&dir, uid))
+        .flat_map(|dir| record::read_dir(&dir))
         .map(|f| status(f, opts))
         .collect();
     all.sort_by_key(|s| (s.record.started_unix_ms, s.id));
@@ -151,8 +151,7 @@ pub fn of_this_process(opts: ListOptions) -> Vec<RunStatus> {
     let Some(dir) = super::dir::own() else {
         return Vec::new();
     };
-    let uid = rustix::process::geteuid().as_raw();
-    let mut mine: Vec<RunStatus> = record::read_dir(dir, uid)
+    let mut mine: Vec<RunStatus> = record::read_dir(dir)
         .into_iter()
         .filter(|f| Some(f.record.id.owner()) == me)
         .map(|f| status(f, opts))
@@ -196,7 +195,7 @@ impl std::error::Error for FindError {}
 pub fn find(text: &str, opts: ListOptions) -> Result<RunStatus, FindError> {
     let mut hits: Vec<RunStatus> = super::dir::visible()
         .into_iter()
-        .flat_map(|(dir, uid)| record::read_dir(&dir, uid))
+        .flat_map(|dir| record::read_dir(&dir))
         .filter(|f| f.record.id.matches(text))
         .map(|f| status(f, opts))
         .collect();
@@ -285,8 +284,15 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
 /// id (orphans of the tree that came back to a subreaper owner) with theirs.
 fn tree_of(r: &RunRecord, leader_alive: bool) -> Vec<i32> {
     let mut pids = Vec::new();
-    // The record is its user's to write: a leader that is not that user's is not believed.
-    if leader_alive && procfs::uid(r.leader_pid) == Some(r.uid) {
+    let id = r.id.to_string();
+    // The record is its user's to write, and so its tree's: a leader is believed only if it is
+    // that user's, started after the owner, and carries the run's id (PID 1, or a process
+    // outside the run, is not listed as the run's whatever the record says).
+    if leader_alive
+        && r.leader_starttime >= r.id.owner().starttime
+        && procfs::uid(r.leader_pid) == Some(r.uid)
+        && procfs::environ_var(r.leader_pid, RUN_ID_ENV).as_deref() == Some(id.as_str())
+    {
         pids.push(r.leader_pid);
         pids.extend(
             procfs::descendants(r.leader_pid, &[])
@@ -297,7 +303,6 @@ fn tree_of(r: &RunRecord, leader_alive: bool) -> Vec<i32> {
     }
     let owner = r.id.owner();
     if procfs::is_alive(owner.pid, owner.starttime) {
-        let id = r.id.to_string();
         for c in procfs::children(owner.pid) {
             if c == r.leader_pid || pids.contains(&c) {
                 continue;

@@ -26,6 +26,8 @@
 //! |                      | holding stdout open, sleeping; its parent exits at once          |
 //! | `child`              | a child in codex's own process group that sleeps                 |
 //! | `hang`               | sleeps "forever" (600 s, so a broken test leaks nothing for long) |
+//! | `order-siblings W`   | sends W (`kill`, `stop`) to every other run's control socket in  |
+//! |                      | `$REAPER_RUNTIME_DIR`; an `agent_message` with each answer       |
 //! | `exit N`             | exits with N (the script's end exits 0)                          |
 //!
 //! `FAKE_CODEX_PIDS=PATH`: every process it starts (itself included) appends
@@ -141,6 +143,7 @@ fn codex(args: &[String]) {
                 }
             }
             "hang" => std::thread::sleep(FOREVER),
+            "order-siblings" => message(&mut out, &order_siblings(rest)),
             "exit" => {
                 let _ = out.flush();
                 std::process::exit(rest.parse().unwrap_or(1));
@@ -166,6 +169,69 @@ fn message(out: &mut impl Write, text: &str) {
         out,
         serde_json::json!({"type": "item.completed", "item": {"id": "msg", "type": "agent_message", "text": text}}),
     );
+}
+
+/// Sends `word` to every control socket in `$REAPER_RUNTIME_DIR` but its own run's, as a
+/// stream line (or, where the socket is a datagram socket, one datagram); the answers, one a
+/// line (`NAME: ANSWER`).
+fn order_siblings(word: &str) -> String {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::net::{UnixDatagram, UnixStream};
+    let dir = std::env::var("REAPER_RUNTIME_DIR").unwrap_or_default();
+    let mine = format!(
+        "{}.sock",
+        std::env::var("REAPER_RUN_ID").unwrap_or_default()
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".sock") && *n != mine)
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    let ask = |path: &std::path::Path| -> String {
+        let wait = Some(Duration::from_secs(5));
+        match UnixStream::connect(path) {
+            Ok(mut s) => {
+                let _ = s.set_read_timeout(wait);
+                let _ = writeln!(s, "{word}");
+                let mut line = String::new();
+                let _ = BufReader::new(s).read_line(&mut line);
+                line.trim().to_owned()
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => {
+                let d = match UnixDatagram::unbound() {
+                    Ok(d) => d,
+                    Err(e) => return format!("no socket: {e}"),
+                };
+                // An abstract address of its own, for the answer.
+                use std::os::linux::net::SocketAddrExt;
+                let name = format!("fake-codex-{}", std::process::id());
+                let d = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                    .and_then(|a| UnixDatagram::bind_addr(&a))
+                    .unwrap_or(d);
+                let _ = d.set_read_timeout(wait);
+                let _ = d.send_to(word.as_bytes(), path);
+                let mut buf = [0u8; 512];
+                match d.recv(&mut buf) {
+                    Ok(n) => String::from_utf8_lossy(&buf[..n]).into_owned(),
+                    Err(e) => format!("no answer: {e}"),
+                }
+            }
+            Err(e) => format!("not sent: {e}"),
+        }
+    };
+    let answers: Vec<String> = names
+        .iter()
+        .map(|n| format!("{n}: {}", ask(&std::path::Path::new(&dir).join(n))))
+        .collect();
+    if answers.is_empty() {
+        "no sibling socket".into()
+    } else {
+        answers.join("\n")
+    }
 }
 
 /// `mib` MiB of event lines, each carrying 64 KiB of command output.

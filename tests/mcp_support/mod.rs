@@ -67,8 +67,17 @@ pub async fn start_with_stderr(opts: Options<'_>, stderr: Stdio) -> Server {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let pids = dir.path().join("pids");
     let mut cmd = Command::new(REAPER);
-    cmd.arg("mcp")
-        .args(opts.args)
+    cmd.arg("mcp");
+    // The sandbox's root reaches the harness's (root-only) directory only as declared.
+    let sandboxed = opts
+        .args
+        .iter()
+        .take_while(|a| **a != "--")
+        .any(|a| *a == "--sandbox" || a.starts_with("--sandbox="));
+    if sandboxed {
+        cmd.arg("--sandbox-rw").arg(dir.path());
+    }
+    cmd.args(opts.args)
         .env("CODEX_CMD", fake_codex())
         .env("FAKE_CODEX_PIDS", &pids)
         .env_remove("REAPER_TIMEOUT")

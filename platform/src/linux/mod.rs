@@ -2,10 +2,13 @@
 
 pub mod cgroup;
 pub mod cgroupfs;
+pub mod clone_args;
 pub mod controllers;
+pub mod creds;
 pub mod detach;
 pub mod mountinfo;
 pub mod namespaces;
+pub mod peer;
 pub mod pidfd;
 pub mod procfs;
 pub mod proctable;

@@ -176,21 +176,67 @@ pub fn children(pid: i32) -> Vec<i32> {
     out
 }
 
-/// Every descendant of `root` (not `root` itself), depth first, zombies included; `skip`
-/// prunes the subtree of each process it names (reaper's guardian, say). By start time too:
-/// once a skipped process is reaped its pid may be reused by a process that must not be skipped.
+/// The children of `parent`, zombies included, each proved one: its `stat` names `parent`'s
+/// pid as its parent, and `parent` is still the same process once they were all read. A pid
+/// from a `children` list may have been freed and reused before it is read (by a process
+/// anywhere on the machine); a process whose parent's pid named `parent` all along is
+/// `parent`'s child.
+pub fn children_of(parent: Identity) -> Vec<ProcStat> {
+    children_among(parent, children(parent.pid), |_| true)
+}
+
+/// [`children_of`] from `listed`, a [`children`] list of `parent.pid` (read before, by a caller
+/// that needed to know whether it is empty), reading only the pids `want` accepts.
+pub fn children_among(
+    parent: Identity,
+    listed: Vec<i32>,
+    want: impl FnMut(i32) -> bool,
+) -> Vec<ProcStat> {
+    proved_children(parent, listed, want, |pid| stat(pid).ok())
+}
+
+/// [`children_among`], reading through `stat`.
+fn proved_children(
+    parent: Identity,
+    listed: Vec<i32>,
+    mut want: impl FnMut(i32) -> bool,
+    stat: impl Fn(i32) -> Option<ProcStat>,
+) -> Vec<ProcStat> {
+    let out: Vec<ProcStat> = listed
+        .into_iter()
+        .filter(|&pid| want(pid))
+        .filter_map(&stat)
+        .filter(|s| s.ppid == parent.pid)
+        .collect();
+    if out.is_empty() {
+        return out;
+    }
+    // A start time cannot come back: if `parent` is alive (or a zombie) now, its pid named it
+    // while each child was read.
+    match stat(parent.pid) {
+        Some(p) if p.starttime == parent.starttime => out,
+        _ => Vec::new(),
+    }
+}
+
+/// Every descendant of `root` (not `root` itself), depth first, zombies included, each step
+/// proved ([`children_of`]); `skip` prunes the subtree of each process it names (reaper's
+/// guardian, say). By start time too: once a skipped process is reaped its pid may be reused by
+/// a process that must not be skipped. `root` is whatever process holds that pid when the walk
+/// begins.
 pub fn descendants(root: i32, skip: &[Identity]) -> Vec<ProcStat> {
     let mut out = Vec::new();
-    let mut queue = vec![root];
+    let Ok(root) = stat(root) else {
+        return out;
+    };
+    let mut queue = vec![root.identity()];
     while let Some(p) = queue.pop() {
-        for c in children(p) {
-            if let Ok(s) = stat(c) {
-                if skip.contains(&s.identity()) {
-                    continue;
-                }
-                queue.push(c);
-                out.push(s);
+        for s in children_of(p) {
+            if skip.contains(&s.identity()) {
+                continue;
             }
+            queue.push(s.identity());
+            out.push(s);
         }
     }
     out
@@ -404,6 +450,63 @@ mod tests {
         assert_eq!(got.lines().count(), want.lines().count());
         let e = read_proc_file("/proc/0/stat", &mut big).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    fn row(pid: i32, ppid: i32, starttime: u64) -> ProcStat {
+        ProcStat {
+            pid,
+            comm: "p".into(),
+            state: 'S',
+            ppid,
+            pgid: pid,
+            sid: pid,
+            starttime,
+        }
+    }
+
+    /// A pid from a `children` list is followed only while it names a child of the walked
+    /// process: one reused by a process of another parent is not, and nothing is once the
+    /// walked process's own pid names another process.
+    #[test]
+    fn a_child_is_one_only_while_its_parent_is_the_walked_process() {
+        let parent = Identity {
+            pid: 100,
+            starttime: 5,
+        };
+        let table =
+            |rows: Vec<ProcStat>| move |pid: i32| rows.iter().find(|r| r.pid == pid).cloned();
+        // 101 is the parent's; 102 was, and its pid now names a process of parent 1.
+        let now = table(vec![row(100, 1, 5), row(101, 100, 6), row(102, 1, 7)]);
+        let kids = proved_children(parent, vec![101, 102, 103], |_| true, now);
+        assert_eq!(kids.iter().map(|s| s.pid).collect::<Vec<_>>(), vec![101]);
+        // The parent's pid names a younger process: none of what the list said is proved.
+        let reused = table(vec![row(100, 1, 9), row(101, 100, 10)]);
+        assert!(proved_children(parent, vec![101], |_| true, reused).is_empty());
+        // The parent is gone.
+        let gone = table(vec![row(101, 100, 6)]);
+        assert!(proved_children(parent, vec![101], |_| true, gone).is_empty());
+    }
+
+    /// On the real `/proc`: this process's own child is its child; under a start time this
+    /// process never had, nobody is.
+    #[test]
+    fn children_of_this_process_are_proved_by_its_identity() {
+        let me = self_identity().expect("this process's identity");
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id() as i32;
+        let found = children_of(me).iter().any(|s| s.pid == pid);
+        let impostor = Identity {
+            starttime: me.starttime + 1,
+            ..me
+        };
+        let under_impostor = children_of(impostor);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found, "the child was not found");
+        assert!(under_impostor.is_empty(), "{under_impostor:?}");
     }
 
     const STAT: &str = "1234 (sleep) S 1200 1234 1100 34816 1234 4194304 94 0 0 0 0 0 0 0 20 0 1 0 987654 8818688 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0";

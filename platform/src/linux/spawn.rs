@@ -121,26 +121,10 @@ pub fn exec_candidates(program: &OsStr, path: Option<&OsStr>) -> std::io::Result
         .collect()
 }
 
-/// `struct clone_args` up to `cgroup` (`CLONE_ARGS_SIZE_VER2`, Linux 5.7; not in every libc
-/// release). Public for the benchmark's own clone3 floor.
-#[repr(C)]
-#[derive(Default)]
-pub struct CloneArgs {
-    pub flags: u64,
-    pub pidfd: u64,
-    pub child_tid: u64,
-    pub parent_tid: u64,
-    pub exit_signal: u64,
-    pub stack: u64,
-    pub stack_size: u64,
-    pub tls: u64,
-    pub set_tid: u64,
-    pub set_tid_size: u64,
-    pub cgroup: u64,
-}
+pub use super::clone_args::CloneArgs;
+use super::clone_args::CLONE_PIDFD;
 
 const SH: &CStr = c"/bin/sh";
-const CLONE_PIDFD: u64 = 0x1000;
 /// include/uapi/linux/sched.h.
 pub const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
@@ -720,8 +704,8 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
         }
         if let Some(plan) = spec.sandbox {
             // SAFETY: in the child after the clone, which is already in its cgroup, with its
-            // user namespace's maps written.
-            if let Err(e) = plan.apply() {
+            // user namespace's maps written. It enters the working directory itself.
+            if let Err(e) = plan.apply(spec.cwd.as_deref()) {
                 fail_step(e.errno, e.step as u32);
             }
         }
@@ -751,7 +735,7 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
                 fail(errno());
             }
         }
-        if let Some(cwd) = &spec.cwd {
+        if let (Some(cwd), None) = (&spec.cwd, spec.sandbox) {
             if libc::chdir(cwd.as_ptr()) != 0 {
                 fail(errno());
             }

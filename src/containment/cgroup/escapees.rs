@@ -1,19 +1,27 @@
 //! The run's escapees: processes of the tree that left the run's cgroup.
 //!
 //! Root can write itself into any `cgroup.procs`, and a user into any below a cgroup it owns
-//! (systemd `Delegate=yes`). Such a process is still the run's: it descends from the leader,
-//! and reaper is a child subreaper, so while its parent lives it is found through
-//! `/proc/PID/task/*/children` of the members, and once orphaned it is reaper's own child. It
-//! is stopped with the rest (SIGSTOP until no new one appears, SIGKILL through pidfds) and named
-//! in every report. With several runs in one reaper process (`reaper mcp`), an orphan outside
-//! every run cgroup that no run saw before it was orphaned cannot be attributed to one of them:
-//! it is left to reaper's exit (then to PID 1).
+//! (systemd `Delegate=yes`). Such a process is still the run's: it descends from the leader, so
+//! while its parent lives it is found by walking down from the run's members
+//! (`/proc/PID/task/*/children`, each step's parent checked), and once seen it is remembered by
+//! pid and start time. It is stopped with the rest (SIGSTOP until no new one appears, SIGKILL
+//! through pidfds) and named in every report.
+//!
+//! An escapee whose parent dies before a look saw it is an orphan. It reparents to the nearest
+//! child subreaper: this process only after `own_every_child` (the declaration that this
+//! process starts no children of its own), and then, while the run is this process's only one,
+//! any child of it outside every run cgroup that started after the leader is the run's. Without
+//! the declaration such a child may be the program's own, and nothing tells them apart: the
+//! orphan is not looked for (it went to PID 1, or to a subreaper above). With several runs in one
+//! reaper process (`reaper mcp`), an orphan that no run saw before it was orphaned cannot be
+//! attributed to one of them either: it is left to reaper's exit (then to PID 1).
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use reaper_platform::linux::procfs;
+use reaper_platform::reap;
 
 use crate::containment::sigstop::{self, Stopped};
 use crate::process::{Escapee, Identity, Process};
@@ -23,8 +31,8 @@ struct LiveRun {
     id: u64,
     /// Its path in the unified hierarchy.
     path: String,
-    /// No other run was live at any time since it started: an orphan outside every run cgroup
-    /// that started after its leader can only be its.
+    /// No other run was live at any time since it started: after `own_every_child`, an orphan
+    /// outside every run cgroup that started after its leader can only be its.
     alone: bool,
 }
 
@@ -56,6 +64,26 @@ fn own_proc_pid() -> Option<i32> {
 /// Whether the hierarchy path `cg` is `run` or below it.
 pub fn within(cg: &str, run: &str) -> bool {
     cg == run || cg.strip_prefix(run).is_some_and(|r| r.starts_with('/'))
+}
+
+/// A process the escapee walk goes down from.
+struct Walk {
+    process: Identity,
+    /// Proved the run's: in its cgroup, or below a process that is. `false` for a pid read
+    /// from `cgroup.procs` (a claim until [`Escapees::was_member`] says otherwise).
+    ours: bool,
+    /// Its children list, when it was read already.
+    listed: Option<Vec<i32>>,
+}
+
+impl Walk {
+    fn ours(process: Identity) -> Self {
+        Self {
+            process,
+            ours: true,
+            listed: None,
+        }
+    }
 }
 
 /// How many escapees a run remembers by name.
@@ -143,10 +171,11 @@ impl Escapees {
     }
 
     /// reaper's live children outside the run cgroup that are this run's: the leader, an
-    /// escapee seen before, or — while this run has been reaper's only one — any process in no
-    /// run cgroup of reaper's that started after the leader (an orphan of the tree, reparented
-    /// to reaper the subreaper). One read of reaper's children when there is none: the common
-    /// end pays only that.
+    /// escapee seen before, or — after `own_every_child`, and while this run has been reaper's
+    /// only one — any process in no run cgroup of reaper's that started after the leader (an
+    /// orphan of the tree, reparented to reaper the subreaper). Without the declaration such a
+    /// child may be the program's own: never taken. One read of reaper's children when there
+    /// is none: the common end pays only that.
     fn orphans(&self) -> Vec<(procfs::ProcStat, String)> {
         let Some(me) = self.self_pid else {
             return Vec::new();
@@ -158,7 +187,7 @@ impl Escapees {
         let (alone, runs): (bool, Vec<String>) = {
             let live = live();
             (
-                live.iter().any(|r| r.id == self.id && r.alone),
+                reap::reaps_every_child() && live.iter().any(|r| r.id == self.id && r.alone),
                 live.iter().map(|r| r.path.clone()).collect(),
             )
         };
@@ -166,6 +195,8 @@ impl Escapees {
         children
             .into_iter()
             .filter_map(|pid| procfs::stat(pid).ok())
+            // A listed pid reused meanwhile names a process with another parent.
+            .filter(|s| s.ppid == me)
             .filter(|s| !s.is_dead() && !self.exclude.contains(&s.identity()))
             .filter_map(|s| {
                 let cg = procfs::cgroup(s.pid)?;
@@ -193,7 +224,22 @@ impl Escapees {
         }
         let mut visited: HashSet<i32> = members.iter().copied().collect();
         let mut found: Vec<(procfs::ProcStat, String)> = Vec::new();
-        let mut queue = members;
+        let mut queue: Vec<Walk> = Vec::new();
+        for pid in members {
+            // Most members have no children (the leaves of a tree): one read tells.
+            let listed = procfs::children(pid);
+            if listed.is_empty() {
+                continue;
+            }
+            // A zombie has no children: they were reparented when it exited.
+            if let Some(s) = procfs::stat(pid).ok().filter(|s| !s.is_dead()) {
+                queue.push(Walk {
+                    process: s.identity(),
+                    ours: false,
+                    listed: Some(listed),
+                });
+            }
+        }
         self.walk_down(&mut queue, &mut visited, &mut found);
         let mut tops = self.orphans();
         let known: Vec<Escapee> = self.seen().clone();
@@ -207,7 +253,7 @@ impl Escapees {
         }
         for (s, cg) in tops {
             if visited.insert(s.pid) && !within(&cg, &self.path) {
-                queue.push(s.pid);
+                queue.push(Walk::ours(s.identity()));
                 found.push((s, cg));
             }
         }
@@ -215,32 +261,48 @@ impl Escapees {
         self.name(found)
     }
 
+    /// Whether `process`, a pid read from `cgroup.procs`, was in the run's cgroup while it held
+    /// that pid: its cgroup read, then its start time read again (a zombie still holds its pid,
+    /// and its cgroup until it is reaped).
+    fn was_member(&self, process: Identity) -> bool {
+        procfs::cgroup(process.pid).is_some_and(|cg| within(&cg, &self.path))
+            && procfs::stat(process.pid).is_ok_and(|s| s.starttime == process.starttime)
+    }
+
     /// Walks down from `queue`: every live descendant outside the run's cgroups is `found`.
+    /// Each step is proved ([`procfs::children_among`]): a pid reused meanwhile is not followed.
+    /// A process in the run's cgroup is the run's (its cgroup is read while it holds its pid:
+    /// the next step checks that it still does), and so is one outside whose parent is; a pid
+    /// read from `cgroup.procs` is proved a member only once a child of it is found outside,
+    /// which is rare, so the common walk reads no member's cgroup.
     fn walk_down(
         &self,
-        queue: &mut Vec<i32>,
+        queue: &mut Vec<Walk>,
         visited: &mut HashSet<i32>,
         found: &mut Vec<(procfs::ProcStat, String)>,
     ) {
-        while let Some(p) = queue.pop() {
-            for c in procfs::children(p) {
-                if !visited.insert(c) {
+        while let Some(w) = queue.pop() {
+            let listed = w.listed.unwrap_or_else(|| procfs::children(w.process.pid));
+            let mut ours = w.ours.then_some(true);
+            // Only a proved child is marked visited: one listed here that had been reparented
+            // to reaper meanwhile is still found among reaper's children, looked at after.
+            for s in procfs::children_among(w.process, listed, |c| !visited.contains(&c)) {
+                if !visited.insert(s.pid) || s.is_dead() || self.exclude.contains(&s.identity()) {
                     continue;
                 }
-                let Ok(s) = procfs::stat(c) else { continue };
-                if s.is_dead() || self.exclude.contains(&s.identity()) {
-                    continue;
-                }
-                let Some(cg) = procfs::cgroup(c) else {
+                let Some(cg) = procfs::cgroup(s.pid) else {
                     continue;
                 };
                 if within(&cg, &self.path) {
-                    // A process: walked as one when `from_members`; its subtree is the run's
-                    // either way.
-                    queue.push(c);
+                    queue.push(Walk::ours(s.identity()));
                     continue;
                 }
-                queue.push(c);
+                if !*ours.get_or_insert_with(|| self.was_member(w.process)) {
+                    // Not the run's to follow; another look may reach it otherwise.
+                    visited.remove(&s.pid);
+                    continue;
+                }
+                queue.push(Walk::ours(s.identity()));
                 found.push((s, cg));
             }
         }
@@ -302,14 +364,37 @@ impl Escapees {
         let mut first = Some(members);
         sigstop::stop(|_round| {
             // The first look also walks the members' children: an escapee below a member is
-            // found there while its parent lives, or in reaper's children, read after, once
-            // the parent has died. Without it, it would be reparented to reaper a moment after
-            // the cgroup reads empty (the kernel leaves the cgroup before it hands the children
-            // over), and could be missed.
+            // found there while its parent lives, or (after `own_every_child`) in reaper's
+            // children, read after, once the parent has died. Without it, it would be
+            // reparented to reaper a moment after the cgroup reads empty (the kernel leaves
+            // the cgroup before it hands the children over), and could be missed.
             self.find(first.take().unwrap_or_default())
                 .into_iter()
                 .map(|e| e.process)
                 .collect()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A pid read from `cgroup.procs` may name another process by the time it is walked (freed
+    /// and reused): the children of a process that is not in the run's cgroup are not the
+    /// run's escapees. Here the "member" is this test process, which is in no such cgroup.
+    #[test]
+    fn the_children_of_a_listed_pid_that_is_no_member_are_not_escapees() {
+        let escapees = Escapees::new("/reaper-test-no-such-run".into());
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let me = std::process::id() as i32;
+        let found = escapees.find(vec![me]);
+        let _ = child.kill();
+        let _ = child.wait();
+        assert!(found.is_empty(), "{found:?}");
+        assert!(escapees.seen().is_empty());
     }
 }

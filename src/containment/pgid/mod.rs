@@ -9,12 +9,13 @@
 //! Does not contain:
 //! - A process that double-forks with `setsid()` in the middle, the middle exiting before the
 //!   next look (fork, setsid, fork, exit within one poll interval): nothing of the run was ever
-//!   seen in its session, and its parent is gone. On Linux reaper is a child subreaper
-//!   (`Run::start`), so such an orphan becomes reaper's child, and the backend claims reaper's
-//!   children born after the leader — but only while its backend is the only one in this
-//!   reaper process: with several concurrent runs (`reaper mcp`) an orphan cannot be told apart
-//!   (nor from another run's leader, forked but not yet registered), and the gap is open, as it
-//!   always is on macOS.
+//!   seen in its session, and its parent is gone. On Linux, after `own_every_child` (the
+//!   `reaper` binary), reaper is a child subreaper, so such an orphan becomes reaper's child,
+//!   and the backend claims reaper's children born after the leader — but only while its
+//!   backend is the only one in this reaper process: with several concurrent runs (`reaper
+//!   mcp`) an orphan cannot be told apart (nor from another run's leader, forked but not yet
+//!   registered), and the gap is open, as it always is on macOS, and in a program that did not
+//!   declare every child reaper's (its own children are never claimed).
 //! - Nothing keeps the tree together if reaper itself is SIGKILLed: remembered groups live only
 //!   in reaper's memory (the guardian covers cgroups only).
 //! - A process that joins a process group the run did not create (reaper's own, the login
@@ -143,7 +144,10 @@ impl Shared {
         match self.table.snapshot() {
             Ok(snap) => {
                 let adopter = self.adopter(before);
-                let o = self.tracker.observe(&snap, adopter);
+                let table = &mut self.table;
+                let o = self.tracker.observe_proved(&snap, adopter, |parent| {
+                    parent_unchanged(table.as_mut(), parent)
+                });
                 self.last = o.members.clone();
                 (o.members, o.recorded)
             }
@@ -216,12 +220,16 @@ impl Shared {
         true
     }
 
-    /// reaper as child subreaper receives the tree's orphans; they are this run's only if no
-    /// other run could have left them, nor forked its leader, while the snapshot was taken
-    /// (`before`: the census just before it).
+    /// reaper as child subreaper receives the tree's orphans; they are this run's only if this
+    /// process declared every child reaper's (`own_every_child`: else a child born after the
+    /// leader may be the program's own), and no other run could have left them, nor forked its
+    /// leader, while the snapshot was taken (`before`: the census just before it).
     fn adopter(&self, before: (usize, usize)) -> Option<Adopter> {
         #[cfg(target_os = "linux")]
-        let adopting = subreaper::is_subreaper() && before.0 == 1 && census() == before;
+        let adopting = reap::reaps_every_child()
+            && subreaper::is_subreaper()
+            && before.0 == 1
+            && census() == before;
         // macOS has no subreaper: orphans go to launchd, out of reaper's reach.
         #[cfg(not(target_os = "linux"))]
         let adopting = {
@@ -229,6 +237,19 @@ impl Shared {
             false
         };
         adopting.then_some(Adopter { pid: self.self_pid })
+    }
+}
+
+/// Whether `parent` still holds its pid, asked after a snapshot: `/proc` is read one process
+/// at a time, so a parent's pid may have been reused by the time its children's rows were
+/// read. A zombie still holds it. `ps` on macOS reads the table at one instant (one sysctl).
+fn parent_unchanged(table: &mut dyn ProcessTable, parent: tracker::Identity) -> bool {
+    #[cfg(target_os = "linux")]
+    return matches!(table.lookup(parent.pid), Ok(Some(e)) if e.starttime == parent.starttime);
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (table, parent);
+        true
     }
 }
 
@@ -464,7 +485,7 @@ mod tests {
         ) {
             return;
         }
-        subreaper::become_subreaper().expect("become a child subreaper");
+        crate::run::own_every_child().expect("become a child subreaper");
         let schedule = Schedule::new(Duration::from_millis(5), Duration::from_millis(50));
         let mut a = PgidBackend::new(schedule).expect("backend A");
         let mut leader_a = sleeper(&a);
@@ -504,7 +525,7 @@ mod tests {
         ) {
             return;
         }
-        subreaper::become_subreaper().expect("become a child subreaper");
+        crate::run::own_every_child().expect("become a child subreaper");
         let schedule = Schedule::new(Duration::from_millis(5), Duration::from_millis(50));
         let mut b = PgidBackend::new(schedule).expect("backend");
         let mut cmd = Command::new("sh");

@@ -194,9 +194,23 @@ impl Tracker {
         Observation::default()
     }
 
+    /// [`observe_proved`](Self::observe_proved) of a table read at one instant.
+    #[cfg(test)]
+    pub fn observe(&mut self, snap: &[ProcStat], adopter: Option<Adopter>) -> Observation {
+        self.observe_proved(snap, adopter, |_| true)
+    }
+
     /// One look at the table: claims the run's processes, remembers them with their groups and
     /// sessions, forgets what has been gone long enough, returns the live members.
-    pub fn observe(&mut self, snap: &[ProcStat], adopter: Option<Adopter>) -> Observation {
+    /// `unchanged(parent)`, asked after the table was read, says whether that process still
+    /// holds its pid: a table not read at one instant (`/proc`) may show a parent, then, once
+    /// its pid was reused, the new holder's children naming it as theirs.
+    pub fn observe_proved(
+        &mut self,
+        snap: &[ProcStat],
+        adopter: Option<Adopter>,
+        mut unchanged: impl FnMut(Identity) -> bool,
+    ) -> Observation {
         let started: HashMap<i32, u64> = snap.iter().map(|e| (e.pid, e.starttime)).collect();
         forget_reused(&mut self.groups, &started);
         forget_reused(&mut self.sessions, &started);
@@ -237,7 +251,17 @@ impl Tracker {
                 }
             }
             while let Some(i) = queue.pop() {
-                for &c in children.get(&snap[i].pid).into_iter().flatten() {
+                let Some(kids) = children.get(&snap[i].pid) else {
+                    continue;
+                };
+                let parent = &snap[i];
+                if !unchanged(Identity {
+                    pid: parent.pid,
+                    starttime: parent.starttime,
+                }) {
+                    continue;
+                }
+                for &c in kids {
                     if !ours[c] {
                         ours[c] = true;
                         queue.push(c);
@@ -450,6 +474,30 @@ mod tests {
         let mut v: Vec<i32> = o.members.iter().map(|e| e.pid).collect();
         v.sort_unstable();
         v
+    }
+
+    /// `/proc` is read one process at a time: the run's 201 is read, exits and is reaped, and
+    /// its pid goes to a process of the user's (parent 60) whose child, read after, names 201
+    /// as its parent. That child is not the run's: 201 no longer holds its pid.
+    #[test]
+    fn a_child_of_a_parent_whose_pid_was_reused_during_the_look_is_not_claimed() {
+        let snap = with(&[
+            p(200, REAPER, 200, OWN_SID, 30),
+            p(201, 200, 200, OWN_SID, 31),
+            p(300, 201, 300, 300, 40),
+        ]);
+        let gone = Identity {
+            pid: 201,
+            starttime: 31,
+        };
+        let mut t = tracker_with_leader();
+        let o = t.observe_proved(&snap, None, |parent| parent != gone);
+        assert_eq!(pids(&o), vec![200, 201]);
+        assert!(t.sessions().is_empty() && t.groups() == vec![200]);
+        // While 201 still holds its pid, its child is the run's.
+        let mut t = tracker_with_leader();
+        let o = t.observe_proved(&snap, None, |_| true);
+        assert_eq!(pids(&o), vec![200, 201, 300]);
     }
 
     #[test]

@@ -13,8 +13,8 @@ pub struct AuditArgs {
     pub json: bool,
 
     /// Kill what is certain (processes of runs whose reaper is gone) — or, with PID@START
-    /// values (as the report prints them), those processes only. Through pidfds checked on the
-    /// start time, never by name.
+    /// values (as the report prints them), those processes only. Root kills a leak as the user
+    /// it is of. Through pidfds checked on the start time, never by name.
     #[arg(long, num_args = 0.., value_name = "PID@START")]
     pub kill: Option<Vec<String>>,
 }
@@ -43,8 +43,13 @@ pub fn main(args: AuditArgs) -> u8 {
 }
 
 fn kill(census: &Census, named: &[String], json: bool) -> u8 {
-    let targets: Vec<Identity> = if named.is_empty() {
-        census.certain.iter().flat_map(Leak::identities).collect()
+    let results = if named.is_empty() {
+        if census.certain.is_empty() {
+            say!("reaper: nothing certain to kill");
+            return 0;
+        }
+        // Each leak as the user it is provably of (root acting for a user has their power).
+        audit::kill_leaks(&census.certain)
     } else {
         let mut t = Vec::new();
         for n in named {
@@ -56,13 +61,9 @@ fn kill(census: &Census, named: &[String], json: bool) -> u8 {
                 }
             }
         }
-        t
+        // Each as the user of the leak it belongs to, if it belongs to one.
+        audit::kill_chosen(census, &t)
     };
-    if targets.is_empty() {
-        say!("reaper: nothing certain to kill");
-        return 0;
-    }
-    let results = audit::kill(&targets);
     if json {
         match serde_json::to_string_pretty(&results) {
             Ok(t) => out!("{t}"),

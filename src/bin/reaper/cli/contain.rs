@@ -101,12 +101,14 @@ pub struct ContainArgs {
 
     /// Start the command in a sandbox it cannot undo, even as root: its own mount and cgroup
     /// namespaces (the cgroup namespace rooted at the run's cgroup), the cgroup file system,
-    /// /sys and /proc/sys read-only, no new privileges, and CAP_SYS_ADMIN, CAP_SYS_PTRACE and
-    /// the other capabilities that could undo it dropped. `--sandbox=pid` adds a PID namespace
-    /// with its own /proc (the command is its PID 1). Needs the cgroup backend, and root or
-    /// unprivileged user namespaces (a non-root user's sandbox starts with a user namespace
-    /// mapping only the user's own ids); where a part is impossible, reaper exits 125 naming it
-    /// (`reaper doctor` says what works here).
+    /// /sys and /proc/sys read-only, the kernel's files in /proc masked, no new privileges, and
+    /// CAP_SYS_ADMIN, CAP_SYS_PTRACE and the other capabilities that could undo it dropped. As
+    /// root, the sandbox's root is an unprivileged user on the host (ids of the run's own): it
+    /// reads what anyone may and writes nothing of the host's but world-writable places and
+    /// the directories given to --sandbox-rw. `--sandbox=pid` adds a PID namespace with its own
+    /// /proc (the command is its PID 1). Needs the cgroup backend, and root or unprivileged
+    /// user namespaces (a non-root user's sandbox keeps the user's own ids); where a part is
+    /// impossible, reaper exits 125 naming it (`reaper doctor` says what works here).
     #[arg(
         long,
         value_enum,
@@ -116,6 +118,18 @@ pub struct ContainArgs {
         value_name = "MODE"
     )]
     pub sandbox: Option<SandboxArg>,
+
+    /// With --sandbox: DIR (an absolute path, and everything below it) is readable and writable
+    /// inside as it is outside. For root, host root's files there are the sandbox root's: what
+    /// the command writes there, host root owns. Declare nothing the kernel or a service runs
+    /// from. Repeatable.
+    #[arg(long = "sandbox-rw", value_name = "DIR", requires = "sandbox")]
+    pub sandbox_rw: Vec<PathBuf>,
+
+    /// With --sandbox: DIR is readable inside as it is outside, and read-only (a toolchain or
+    /// configuration under a directory only root may enter). Repeatable.
+    #[arg(long = "sandbox-ro", value_name = "DIR", requires = "sandbox")]
+    pub sandbox_ro: Vec<PathBuf>,
 }
 
 /// Resource limits (cgroup backend only), as systemd-run's `-p MemoryMax= -p TasksMax=
@@ -167,6 +181,14 @@ impl ContainArgs {
             .raise_priority(true);
         if let Some(p) = &self.cgroup_parent {
             o.cgroup_parent(p);
+        }
+        // Bound at the real path, which is also where a relative one leads.
+        let real = |d: &PathBuf| std::fs::canonicalize(d).unwrap_or_else(|_| d.clone());
+        for d in &self.sandbox_ro {
+            o.sandbox_path(real(d), reaper::SandboxAccess::ReadOnly);
+        }
+        for d in &self.sandbox_rw {
+            o.sandbox_path(real(d), reaper::SandboxAccess::ReadWrite);
         }
         if let Some(g) = guardian(self, guard) {
             o.guardian(g);

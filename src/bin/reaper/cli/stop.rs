@@ -110,6 +110,10 @@ fn describe(run: &runs::RunStatus, how: How, done: &Done) -> String {
                 ),
                 "gone" => format!("its owner (pid {owner}) is gone"),
                 "kept" => "it was kept alive outside reaper (reaper check --keep)".to_owned(),
+                "impostor" => format!(
+                    "what listens at its socket is not its owner (pid {owner}); its answer was \
+                     not believed"
+                ),
                 _ => format!("its owner (pid {owner}) did not answer"),
             };
             let mut s = format!("run {id}: {why}; {verb} {killed} process(es) directly");
