@@ -56,14 +56,14 @@
 
 #![warn(missing_docs)]
 
-/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
-/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
-/// be torn down.
+/// One line to stderr that can neither abort nor block reaper: `eprintln!` panics when stderr is
+/// a closed pipe (Rust ignores SIGPIPE), which is exactly when a client has gone away and the
+/// tree must still be torn down; and a write to a stderr the command filled would wait for a
+/// reader that may wait for reaper (`reaper_platform::stderr`).
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        reaper_platform::stderr::line(format_args!($($arg)*))
+    };
 }
 
 #[cfg(target_os = "linux")]
@@ -120,4 +120,20 @@ pub fn own_every_child() -> std::io::Result<()> {
 /// leaders.
 pub fn reap_exited_children() -> usize {
     reaper_platform::reap::reap_orphans()
+}
+
+/// Refuses `ptrace` of this process to every process without CAP_SYS_PTRACE, its own user's
+/// included: `prctl(PR_SET_DUMPABLE, 0)`. A process of a run has this process's uid (unless a
+/// sandbox or another user is asked for), so without this it could `PTRACE_ATTACH` the process
+/// that supervises it and hold it stopped: no timeout, no stop, no answer. The `reaper` binary
+/// and the [`Guardian`] call it first thing; an embedder that supervises runs of its own user
+/// should too. What it costs: no core dump of this process, its `/proc/PID` files belong to
+/// root (other processes of its user, `reaper ps` and `reaper audit` among them, can no longer
+/// read its environment, file descriptors or memory maps; its `stat` and `status` stay
+/// readable), and a debugger needs root. It does not stop a root process of a run (it has
+/// CAP_SYS_PTRACE): the guardian watches for that. Inherited by children until they exec.
+#[cfg(target_os = "linux")]
+pub fn deny_tracing() -> std::io::Result<()> {
+    rustix::process::set_dumpable_behavior(rustix::process::DumpableBehavior::NotDumpable)
+        .map_err(Into::into)
 }

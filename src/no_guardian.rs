@@ -10,6 +10,13 @@ use std::sync::Arc;
 
 pub use crate::error::GuardianError;
 
+/// What bounds a stop of this process's own job (the guardian's, Linux only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pause {
+    pub job: Option<crate::Identity>,
+    pub left: Option<std::time::Duration>,
+}
+
 /// The guardian, which exists on Linux only: here every way to start one fails with
 /// [`GuardianError::NotLinux`].
 #[derive(Debug)]
@@ -42,7 +49,7 @@ impl Guardian {
         match *self {}
     }
 
-    pub(crate) fn pausing(&self) {
+    pub(crate) fn pausing(&self, _pause: Pause) {
         match *self {}
     }
 

@@ -28,6 +28,8 @@ use tokio::time::Instant;
 use crate::run::Run;
 use crate::{Event, Outcome, StopReason};
 
+pub use reaper_platform::job_control::{JobStop, StopSender};
+
 /// What a caller asks of a running run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -49,8 +51,12 @@ pub enum Request {
     Shutdown,
     /// reaper got a job-control stop (Ctrl-Z, SIGTSTP/SIGTTIN/SIGTTOU): the tree, in a process
     /// group of its own, is stopped the same way with reaper's job, and continued with it. Not a
-    /// stop of the run.
-    JobStop(Signal),
+    /// stop of the run. Only a stop the terminal sent, or a process provably outside the run
+    /// (alive, started before the signal came, neither in the run nor a descendant of this
+    /// process), is passed on; a stop from the tree itself is ignored, so that the tree cannot
+    /// stop its own supervisor. [`crate::supervise::StopSender`] says who sent it, as the
+    /// kernel does (`reaper_platform::job_control` reads it from the signal's `siginfo`).
+    JobStop(JobStop),
 }
 
 /// Where a first signal goes.
@@ -323,12 +329,16 @@ pub(crate) struct Supervisor {
     received: Option<Signal>,
     /// A [`Request::Kill`] came: the stop is SIGKILL to the tree, now.
     kill: bool,
+    /// A job-control stop from the tree was ignored, and said so.
+    ignored_stop: bool,
 }
 
 impl Supervisor {
     /// Starts supervising: the timeout counts from now.
-    pub fn new(run: Run, plan: Plan, requests: Requests) -> Self {
+    pub fn new(mut run: Run, plan: Plan, requests: Requests) -> Self {
         let timeout_at = plan.timeout.and_then(|d| Instant::now().checked_add(d));
+        // A stop of reaper's own job (job control) is bounded by it: see `guardian`.
+        run.leader.deadline = timeout_at;
         Supervisor {
             run,
             plan,
@@ -337,6 +347,7 @@ impl Supervisor {
             timeout_at,
             received: None,
             kill: false,
+            ignored_stop: false,
         }
     }
 
@@ -475,8 +486,21 @@ impl Supervisor {
                 _ => None,
             },
             Request::Shutdown => self.decide(StopReason::Shutdown),
-            Request::JobStop(sig) => {
-                self.run.leader.relay_stop(sig);
+            Request::JobStop(stop) => {
+                if self.run.sent_from_outside(stop.sender) {
+                    self.run.leader.relay_stop(stop.signal);
+                } else {
+                    tracing::debug!(?stop, "a job-control stop from the run itself: ignored");
+                    if !self.ignored_stop {
+                        self.ignored_stop = true;
+                        tracing::info!(
+                            "ignored SIG{} sent to reaper by a process of its run (or by a \
+                             sender it cannot prove is outside it): only the terminal and \
+                             processes outside the run stop reaper's job",
+                            signal::name(stop.signal)
+                        );
+                    }
+                }
                 None
             }
         }

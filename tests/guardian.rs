@@ -881,14 +881,19 @@ fn a_reaper_stopped_from_the_tree_is_continued_by_its_guardian() {
 }
 
 /// The guardian tells reaper's own job-control stops from the others by what reaper said on the
-/// pipe: a stand-in reaper (a `sleep` of the test's, which the guardian watches) is stopped
-/// after `P` (reaper is about to stop its own job) and stays stopped; after `R` (it was
-/// continued) a stop is no longer its own, and the guardian continues it.
+/// pipe, and bounds them: a stand-in reaper (a `sleep` of the test's, which the guardian
+/// watches) is stopped after `P` (reaper is about to stop its own job) and stays stopped while
+/// the job it names (another `sleep`, the stand-in leader) is stopped too; once that job runs
+/// again, or the time left until the run's timeout has passed, the guardian continues it; after
+/// `R` (it was continued) a stop is no longer its own, and the guardian continues it.
 #[test]
-fn the_guardian_leaves_a_stop_reaper_announced_and_continues_any_other() {
+fn the_guardian_leaves_a_stop_reaper_announced_only_while_it_is_a_job_stop() {
     let stand_in = Sleeper::new(None);
+    let job = Sleeper::new(None);
     let fd = common::pidfd_checked(stand_in.pid(), stand_in.start).expect("sleep runs");
+    let job_fd = common::pidfd_checked(job.pid(), job.start).expect("sleep runs");
     let _continue = ContinueOnDrop(fd.try_clone().expect("dup the pidfd"));
+    let _continue_job = ContinueOnDrop(job_fd.try_clone().expect("dup the pidfd"));
     let mut g = common::reaper()
         .args([
             "guardian",
@@ -903,39 +908,68 @@ fn the_guardian_leaves_a_stop_reaper_announced_and_continues_any_other() {
     let say = |pipe: &mut std::process::ChildStdin, rec: &[u8]| {
         std::io::Write::write_all(pipe, rec).expect("tell the guardian");
     };
-    let stop = || {
-        rustix::process::pidfd_send_signal(fd.as_fd(), rustix::process::Signal::STOP)
-            .expect("SIGSTOP the stand-in");
+    let signal = |fd: &OwnedFd, pid: i32, sig: rustix::process::Signal, want: Option<char>| {
+        rustix::process::pidfd_send_signal(fd.as_fd(), sig).expect("signal a sleep");
         assert!(
-            common::wait_until(Duration::from_secs(5), || common::state(stand_in.pid())
-                == Some('T')),
-            "the stand-in stopped"
+            common::wait_until(Duration::from_secs(5), || match want {
+                Some(w) => common::state(pid) == Some(w),
+                None => common::state(pid) != Some('T'),
+            }),
+            "pid {pid} is {want:?}"
         );
     };
-    // Announced: still stopped after four of the guardian's looks.
-    say(&mut pipe, b"P\0");
+    let stop = || {
+        signal(
+            &fd,
+            stand_in.pid(),
+            rustix::process::Signal::STOP,
+            Some('T'),
+        )
+    };
+    let continued = || common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T'));
+    let job_rec = format!("P{}:{} -\0", job.pid(), job.start);
+    // Announced, and the job is stopped: still stopped after four of the guardian's looks.
+    signal(&job_fd, job.pid(), rustix::process::Signal::STOP, Some('T'));
+    say(&mut pipe, job_rec.as_bytes());
     stop();
     std::thread::sleep(Duration::from_millis(1000));
     assert_eq!(
         common::state(stand_in.pid()),
         Some('T'),
-        "an announced stop is left"
+        "an announced stop of a stopped job is left"
     );
-    // No longer announced: continued.
-    say(&mut pipe, b"R\0");
-    assert!(
-        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
-        "the guardian continues a stop reaper did not announce"
+    // The job runs again: the stop is no longer a job stop.
+    signal(&job_fd, job.pid(), rustix::process::Signal::CONT, None);
+    assert!(continued(), "the guardian continues a stop whose job runs");
+    // Announced with a job that never stopped: continued after the grace.
+    stop();
+    assert!(continued(), "…and one whose job never stopped");
+    // The job stopped, but the run's timeout (100 ms away) has passed.
+    signal(&job_fd, job.pid(), rustix::process::Signal::STOP, Some('T'));
+    say(
+        &mut pipe,
+        format!("P{}:{} 100\0", job.pid(), job.start).as_bytes(),
     );
     stop();
     assert!(
-        common::wait_until(SLACK, || common::state(stand_in.pid()) != Some('T')),
-        "…every time"
+        continued(),
+        "the guardian continues a stop past the run's timeout"
     );
+    // No longer announced: continued.
+    say(&mut pipe, b"R\0");
+    stop();
+    assert!(
+        continued(),
+        "the guardian continues a stop reaper did not announce"
+    );
+    stop();
+    assert!(continued(), "…every time");
+    signal(&job_fd, job.pid(), rustix::process::Signal::CONT, None);
     drop(pipe);
     let st = common::wait_with_deadline(&mut g, Duration::from_secs(10));
     assert_eq!(st.code(), Some(0));
 }
+
 /// Whether `name` is a run cgroup name (`reaper-…-SEQ` or `reaper-…-supervisor`) carrying
 /// `pid` among its owner fields.
 fn carries_pid(name: &str, pid: u32) -> bool {

@@ -5,6 +5,10 @@
 //!
 //! The contained processes run as `nobody` (uid 65534, through `setpriv`), so they cannot signal
 //! the root-owned victims themselves: whatever kills a victim here is reaper.
+//!
+//! reaper's stdin is a terminal here (a pseudo-terminal of the test's): a run that holds no
+//! terminal leads a session of its own, where `setpgid()` into reaper's session is refused; one
+//! that holds a terminal shares reaper's session, and so can still join its groups.
 
 mod common;
 
@@ -62,6 +66,42 @@ fn unavailable() -> Option<&'static str> {
         return Some("needs setpriv and /usr/bin/python3");
     }
     None
+}
+
+/// A pseudo-terminal: (its master, its slave), neither the controlling terminal of anyone.
+fn a_terminal() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: posix_openpt(3) and friends on the new master fd; ptsname_r writes into a local
+    // buffer; every fd opened is owned once.
+    unsafe {
+        let m = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
+        assert!(m >= 0, "posix_openpt: {}", std::io::Error::last_os_error());
+        let master = std::os::fd::OwnedFd::from_raw_fd(m);
+        assert_eq!(libc::grantpt(m), 0);
+        assert_eq!(libc::unlockpt(m), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(libc::ptsname_r(m, name.as_mut_ptr(), name.len()), 0);
+        let s = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+        );
+        assert!(
+            s >= 0,
+            "open the slave: {}",
+            std::io::Error::last_os_error()
+        );
+        (master, std::os::fd::OwnedFd::from_raw_fd(s))
+    }
+}
+
+/// reaper with `args`, its stdin a terminal (see the module docs), to completion.
+fn run_reaper_on_a_terminal(args: &[String]) -> std::process::Output {
+    let (_master, slave) = a_terminal();
+    reaper()
+        .args(args)
+        .stdin(Stdio::from(slave))
+        .output()
+        .expect("run reaper")
 }
 
 /// A tree directory the `nobody` user can use: the oracle readable, the pid file writable.
@@ -147,7 +187,7 @@ fn a_joined_foreign_group_is_never_signalled_nor_counted() {
     args.push(t.report().display().to_string());
     args.push("--".into());
     args.extend(joiner_argv(&t, &victim.pgid(), "child"));
-    let out = run_reaper(&args);
+    let out = run_reaper_on_a_terminal(&args);
     let err = stderr(&out);
     assert!(victim.alive(), "reaper killed the victim: {err}");
     assert_eq!(code(&out), 0, "{err}");
@@ -179,7 +219,7 @@ fn the_issues_example_leaves_the_victim_alone() {
     args.push(t.report().display().to_string());
     args.push("--".into());
     args.extend(joiner_argv(&t, &victim.pgid(), "alone"));
-    let out = run_reaper(&args);
+    let out = run_reaper_on_a_terminal(&args);
     let err = stderr(&out);
     assert!(victim.alive(), "reaper killed the victim: {err}");
     assert_eq!(code(&out), 0, "{err}");
@@ -231,10 +271,11 @@ fn the_login_shells_group_is_never_signalled() {
     joiner[6] = JOINER.replace("int(sys.argv[1])", "(int(sys.argv[1]) or os.getsid(0))");
     args.extend(joiner);
     let file = |p: &std::path::Path| std::fs::File::create(p).expect("output file");
+    let (_master, slave) = a_terminal();
     let mut child = Command::new("setsid")
         .args(&args)
         .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
+        .stdin(Stdio::from(slave))
         .stdout(file(&out_path))
         .stderr(file(&err_path))
         .spawn()

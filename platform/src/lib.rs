@@ -13,6 +13,7 @@ pub mod exit_watch;
 pub mod group;
 pub mod hangup;
 pub mod identity;
+pub mod job_control;
 #[cfg(target_os = "linux")]
 pub mod linux;
 #[cfg(target_os = "macos")]
@@ -22,6 +23,7 @@ pub mod proctable;
 pub mod reap;
 pub mod sent;
 pub mod signal;
+pub mod stderr;
 pub mod terminal;
 
 use std::os::fd::OwnedFd;

@@ -31,7 +31,7 @@ static WRITE_END: AtomicI32 = AtomicI32::new(-1);
 
 /// A close-on-exec, non-blocking pipe: `pipe2(2)` where there is one; macOS has none, and
 /// nothing forks while `install` runs (it is called once, before any run).
-fn nonblocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn nonblocking_pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     #[cfg(not(target_os = "macos"))]
     {
         use rustix::pipe::PipeFlags;

@@ -22,13 +22,32 @@
 //! reaper's is a terminal or a file (a pipe held by a stopped guardian would never reach its
 //! end for the caller reading it).
 //!
+//! A stop of reaper's own job (job control: the user's Ctrl-Z, passed on to the run) is left
+//! alone, but only while it is one: reaper says what bounds it (`P`), and the guardian
+//! continues reaper as soon as either bound is passed. The run's job must be stopped too — a
+//! real Ctrl-Z stops the leader's group, which reaper passes it on to — so a reaper stopped
+//! while its leader runs (or has exited) is continued after a short grace ([`PAUSE_GRACE`]:
+//! the leader's own Ctrl-Z handler may take a moment to stop it); and the pause never outlasts
+//! the run's timeout, so that a job left stopped (by the user, or by a tree that stopped its
+//! own leader while reaper held the terminal) still ends when the run should. Without a
+//! timeout, a stopped leader keeps reaper stopped as long as it is: that is job control, and
+//! the user's shell shows the job stopped.
+//!
 //! Protocol on the guardian's stdin, NUL-terminated records: `+DIR`, one per directory reaper
-//! creates cgroups in, sent before the first cgroup is created there; `P` when reaper is about
-//! to stop its own job (job control), `R` once it was continued. A reaper has one or two such
-//! directories, and only the newest pausing state is ever queued, so the pipe carries a few
-//! hundred bytes at most: it can never fill, and reaper's writes, non-blocking, never wait for
-//! the guardian. A guardian that does not read (stopped) therefore never stops reaper; reaper
-//! reports it once.
+//! creates cgroups in, sent before the first cgroup is created there; `PJOB LEFT` when reaper is
+//! about to stop its own job (JOB: the leader as `PID:START`, or `-` once it has exited; LEFT:
+//! milliseconds until the run's timeout, or `-`), `R` once it was continued. A reaper has one
+//! or two such directories, and only the newest pausing state is ever queued, so the pipe
+//! carries a few hundred bytes at most: it can never fill, and reaper's writes, non-blocking,
+//! never wait for the guardian. A guardian that does not read (stopped) therefore never stops
+//! reaper; reaper reports it once.
+//!
+//! A process of the run may also `PTRACE_ATTACH` reaper and hold it: reaper is not dumpable
+//! ([`crate::deny_tracing`]), which refuses that to every process without CAP_SYS_PTRACE; a
+//! root tree has it, so at each look the guardian also reads reaper's tracer, and kills a
+//! tracer that is a process of the run (a descendant of reaper, or in one of its run
+//! cgroups); then reaper is continued as above. A debugger from outside the run is left
+//! alone.
 //!
 //! | module     | job                                                          |
 //! |------------|--------------------------------------------------------------|
@@ -85,11 +104,33 @@ struct Channel {
     reported: bool,
     /// [`MAX_DIRS`] was reached (and reported).
     full: bool,
-    /// Whether reaper is stopping its own job on purpose ([`Guardian::pausing`]): as last
-    /// asked for, and as last queued. Only the newest state is ever sent, after what is
-    /// queued, so the pipe never holds more than one pending state record.
-    pausing: bool,
-    pausing_queued: bool,
+    /// Whether reaper is stopping its own job on purpose ([`Guardian::pausing`]), and what
+    /// bounds that stop: as last asked for, and as last queued. Only the newest state is ever
+    /// sent, after what is queued, so the pipe never holds more than one pending state record.
+    pause: Option<Pause>,
+    pause_queued: Option<Pause>,
+}
+
+/// What bounds a stop of reaper's own job (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Pause {
+    /// The leader, which a real job-control stop stops too; `None` once it has exited.
+    pub job: Option<crate::Identity>,
+    /// The time left until the run's timeout, if it has one.
+    pub left: Option<std::time::Duration>,
+}
+
+impl Pause {
+    /// The `P` record (see the module docs).
+    fn record(&self) -> Vec<u8> {
+        let job = self
+            .job
+            .map_or("-".to_owned(), |j| format!("{}:{}", j.pid, j.starttime));
+        let left = self
+            .left
+            .map_or("-".to_owned(), |d| d.as_millis().to_string());
+        format!("P{job} {left}\0").into_bytes()
+    }
 }
 
 /// How many directories reaper tells its guardian about, at most: a reaper uses one or two
@@ -128,8 +169,8 @@ fn adopt(gpid: i32, pipe: Option<ChildStdin>) -> Result<Guardian, GuardianError>
             unsent: Vec::new(),
             reported: false,
             full: false,
-            pausing: false,
-            pausing_queued: false,
+            pause: None,
+            pause_queued: None,
         }),
     })
 }
@@ -277,12 +318,12 @@ impl Guardian {
         ch.pipe = None;
     }
 
-    /// reaper is about to stop its own job on purpose (job control: `signal::stop_own_job`).
-    /// Without this the guardian would take the stop for one a process of the run caused, and
-    /// continue reaper. Never blocks, like [`Guardian::watch_dir`].
-    pub(crate) fn pausing(&self) {
+    /// reaper is about to stop its own job on purpose (job control: `signal::stop_own_job`),
+    /// bounded by `pause`. Without this the guardian would take the stop for one a process of
+    /// the run caused, and continue reaper. Never blocks, like [`Guardian::watch_dir`].
+    pub(crate) fn pausing(&self, pause: Pause) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
-        ch.pausing = true;
+        ch.pause = Some(pause);
         self.flush(&mut ch);
     }
 
@@ -290,7 +331,7 @@ impl Guardian {
     /// reaper's own again.
     pub(crate) fn resumed(&self) {
         let mut ch = self.channel.lock().unwrap_or_else(|p| p.into_inner());
-        ch.pausing = false;
+        ch.pause = None;
         self.flush(&mut ch);
     }
 
@@ -300,12 +341,12 @@ impl Guardian {
     fn flush(&self, ch: &mut Channel) {
         while ch.pipe.is_some() {
             if ch.unsent.is_empty() {
-                if ch.pausing == ch.pausing_queued {
+                if ch.pause == ch.pause_queued {
                     return;
                 }
-                ch.pausing_queued = ch.pausing;
-                ch.unsent
-                    .extend_from_slice(if ch.pausing { b"P\0" } else { b"R\0" });
+                ch.pause_queued = ch.pause;
+                let record = ch.pause.map_or(b"R\0".to_vec(), |p| p.record());
+                ch.unsent.extend_from_slice(&record);
             }
             let Some(pipe) = ch.pipe.as_ref() else {
                 return;
@@ -405,8 +446,8 @@ mod tests {
                 unsent: Vec::new(),
                 reported: false,
                 full: false,
-                pausing: false,
-                pausing_queued: false,
+                pause: None,
+                pause_queued: None,
             }),
         };
         (g, r, filled)
@@ -464,17 +505,24 @@ mod tests {
     #[test]
     fn pausing_states_coalesce_in_a_full_pipe() {
         let (g, r, filled) = with_a_full_pipe();
+        let pause = Pause {
+            job: Some(crate::Identity {
+                pid: 12,
+                starttime: 34,
+            }),
+            left: Some(std::time::Duration::from_millis(1500)),
+        };
         g.watch_dir(Path::new("/sys/fs/cgroup/a"));
         for _ in 0..1000 {
-            g.pausing();
+            g.pausing(pause);
             g.resumed();
         }
-        g.pausing();
+        g.pausing(pause);
         assert_eq!(g.channel.lock().unwrap().unsent, b"+/sys/fs/cgroup/a\0");
         assert_eq!(drain(&r).len(), filled);
         g.resumed();
-        g.pausing();
-        assert_eq!(drain(&r), b"+/sys/fs/cgroup/a\0P\0");
+        g.pausing(pause);
+        assert_eq!(drain(&r), b"+/sys/fs/cgroup/a\0P12:34 1500\0");
         // Full again: the first change is queued (never more than that one record), the
         // newest state follows it once the pipe takes it.
         let mut filled = 0;
@@ -490,7 +538,7 @@ mod tests {
         }
         for _ in 0..1000 {
             g.resumed();
-            g.pausing();
+            g.pausing(pause);
         }
         g.resumed();
         assert_eq!(g.channel.lock().unwrap().unsent, b"R\0");
@@ -501,7 +549,7 @@ mod tests {
             b"R\0",
             "R is the newest state: nothing follows it"
         );
-        g.pausing();
-        assert_eq!(drain(&r), b"P\0");
+        g.pausing(Pause::default());
+        assert_eq!(drain(&r), b"P- -\0");
     }
 }

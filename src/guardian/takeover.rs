@@ -28,6 +28,10 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 /// be dead, and tells when reaper's supervisor leaf is empty.
 pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     ignore_stop_signals();
+    // A process of the run (reaper's uid) must not trace the guardian either.
+    if let Err(e) = crate::deny_tracing() {
+        tracing::debug!("the guardian stays traceable: {e}");
+    }
     // reaper's PID namespace is the guardian's own: reaper forks (or spawns) it before anything
     // else, and never enters another namespace itself (only a sandboxed leader gets one).
     let pidns = match procfs::pid_namespace() {
@@ -40,9 +44,6 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             return 1;
         }
     };
-    // None: reaper already died before we could watch it; its records are still in the pipe.
-    let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
-    let dirs = listen(reaper.as_ref(), reaper_start);
     // Names that carry reaper's whole identity are its alone: no other live process has its
     // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
     // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
@@ -53,9 +54,11 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
         start: reaper_start,
     };
     let leaf = place::supervisor_name(owner);
-    let runs = owned(&dirs, |name| {
-        place::owner_of(name) == Some(owner) && name != leaf
-    });
+    let is_run = |name: &str| place::owner_of(name) == Some(owner) && name != leaf;
+    // None: reaper already died before we could watch it; its records are still in the pipe.
+    let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
+    let dirs = listen(reaper.as_ref(), reaper_start, &is_run);
+    let runs = owned(&dirs, is_run);
     let leaves = owned(&dirs, |name| name == leaf);
     if runs.is_empty() && leaves.is_empty() {
         return 0;
@@ -89,10 +92,15 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
 }
 
 /// What reaper says on its pipe ([`Inbox`]), read until EOF, or until reaper has been dead for
-/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec). Meanwhile
-/// a reaper found stopped is continued ([`continue_if_stopped`], every [`STOP_LOOK`]). Returns
-/// the directories it named.
-fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
+/// [`EOF_AFTER_DEATH`] (something else holds the pipe: a child between fork and exec). Meanwhile,
+/// every [`STOP_LOOK`], a tracer of reaper from its run (`is_run`: the name of one of its run
+/// cgroups) is killed ([`kill_tracer_from_run`]) and a reaper found stopped is continued
+/// ([`continue_if_stopped`]). Returns the directories it named.
+fn listen(
+    reaper: Option<&Pidfd>,
+    reaper_start: u64,
+    is_run: &dyn Fn(&str) -> bool,
+) -> Vec<PathBuf> {
     use rustix::event::{poll, PollFd, PollFlags};
     use std::time::Instant;
     let stdin = std::io::stdin();
@@ -100,7 +108,7 @@ fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
     let mut inbox = Inbox::default();
     let mut reaper_dead_since = reaper.is_none().then(Instant::now);
     let mut next_look = Instant::now() + STOP_LOOK;
-    let mut warned = false;
+    let mut warned = Warned::default();
     loop {
         let wait = match reaper_dead_since {
             Some(_) => Duration::from_millis(50),
@@ -137,6 +145,7 @@ fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
         if let (Some(r), None) = (reaper, reaper_dead_since) {
             if Instant::now() >= next_look {
                 next_look = Instant::now() + STOP_LOOK;
+                kill_tracer_from_run(r, is_run, &mut warned);
                 if !continue_if_stopped(r, reaper_start, &mut inbox, pipe, &mut warned) {
                     break;
                 }
@@ -146,8 +155,20 @@ fn listen(reaper: Option<&Pidfd>, reaper_start: u64) -> Vec<PathBuf> {
     inbox.dirs
 }
 
-/// How often the guardian looks whether reaper is stopped, while reaper lives.
+/// How often the guardian looks whether reaper is stopped or traced, while reaper lives.
 const STOP_LOOK: Duration = Duration::from_millis(250);
+
+/// How long reaper may stay stopped for its own job while the run's job is not stopped: time
+/// for the leader to stop itself once it got the stop (an editor's Ctrl-Z handler).
+const PAUSE_GRACE: Duration = Duration::from_secs(1);
+
+/// What the guardian has said once already.
+#[derive(Default)]
+struct Warned {
+    stopped: bool,
+    pause: bool,
+    traced: bool,
+}
 
 /// What reaper has said on its pipe: NUL-terminated records `+DIR` (see the module docs), `P`
 /// (reaper is about to stop its own job: job control) and `R` (it was continued).
@@ -156,8 +177,63 @@ struct Inbox {
     /// The start of a record whose NUL has not come yet.
     partial: Vec<u8>,
     dirs: Vec<PathBuf>,
-    /// Between a `P` and the next `R`: a stop of reaper now is its own.
-    pausing: bool,
+    /// Between a `P` and the next `R`: a stop of reaper now is its own, within these bounds.
+    pause: Option<Pause>,
+}
+
+/// A stop of reaper's own job, as the guardian bounds it (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pause {
+    /// The leader, as reaper named it: the run's job, which must be stopped too.
+    job: Option<crate::Identity>,
+    /// The run's timeout, on the guardian's clock.
+    until: Option<std::time::Instant>,
+    /// Since when the guardian has seen reaper stopped while the job was not.
+    job_running_since: Option<std::time::Instant>,
+}
+
+impl Pause {
+    /// Reads `JOB LEFT` (see the module docs); what cannot be read bounds nothing but the
+    /// grace.
+    fn parse(rec: &[u8]) -> Pause {
+        let text = String::from_utf8_lossy(rec);
+        let mut fields = text.split(' ');
+        let job = fields.next().and_then(|j| {
+            let (pid, start) = j.split_once(':')?;
+            Some(crate::Identity {
+                pid: pid.parse().ok()?,
+                starttime: start.parse().ok()?,
+            })
+        });
+        // A timeout too far for the clock bounds nothing.
+        let until = fields
+            .next()
+            .and_then(|l| l.parse::<u64>().ok())
+            .and_then(|ms| std::time::Instant::now().checked_add(Duration::from_millis(ms)));
+        Pause {
+            job,
+            until,
+            job_running_since: None,
+        }
+    }
+
+    /// Whether reaper may stay stopped now: before the run's timeout, and while the leader is
+    /// stopped (or for [`PAUSE_GRACE`] after a look found it running).
+    fn holds(&mut self) -> bool {
+        let now = std::time::Instant::now();
+        if self.until.is_some_and(|u| now >= u) {
+            return false;
+        }
+        let job_stopped = self.job.is_some_and(|j| {
+            matches!(procfs::stat(j.pid), Ok(s) if s.starttime == j.starttime && s.state == 'T')
+        });
+        if job_stopped {
+            self.job_running_since = None;
+            return true;
+        }
+        let since = *self.job_running_since.get_or_insert(now);
+        now.duration_since(since) < PAUSE_GRACE
+    }
 }
 
 impl Inbox {
@@ -172,8 +248,8 @@ impl Inbox {
                         self.dirs.push(dir);
                     }
                 }
-                Some((b'P', [])) => self.pausing = true,
-                Some((b'R', [])) => self.pausing = false,
+                Some((b'P', rest)) => self.pause = Some(Pause::parse(rest)),
+                Some((b'R', [])) => self.pause = None,
                 // Nothing else is sent; an unknown record is ignored.
                 _ => {}
             }
@@ -221,41 +297,91 @@ impl Inbox {
 }
 
 /// A process of the run can SIGSTOP reaper (it has reaper's uid), and a stopped reaper enforces
-/// no timeout and answers nothing. So a reaper found stopped (`T` in `/proc/PID/stat`) that has
-/// not said it stops its own job ([`Inbox::pausing`]) is continued through its pidfd, and the
-/// guardian says so once. A traced reaper (`t`: a debugger holds it) is left alone. False at
-/// the pipe's EOF.
+/// no timeout and answers nothing. So a reaper found stopped (`T` in `/proc/PID/stat`) is
+/// continued through its pidfd, and the guardian says so once — unless reaper said it stops its
+/// own job ([`Inbox::pause`]) and that stop still holds ([`Pause::holds`]). A traced reaper
+/// (`t`) is left to [`kill_tracer_from_run`]. False at the pipe's EOF.
 fn continue_if_stopped(
     reaper: &Pidfd,
     start: u64,
     inbox: &mut Inbox,
     pipe: BorrowedFd<'_>,
-    warned: &mut bool,
+    warned: &mut Warned,
 ) -> bool {
     match procfs::stat(reaper.raw_pid()) {
         Ok(st) if st.starttime == start && st.state == 'T' => {}
-        _ => return true,
+        _ => {
+            if let Some(p) = inbox.pause.as_mut() {
+                p.job_running_since = None;
+            }
+            return true;
+        }
     }
     // reaper writes `P` before it stops its job: read after seeing the stop, it is there.
     if !inbox.read_ready(pipe) {
         return false;
     }
-    if inbox.pausing {
+    let paused = inbox.pause.is_some();
+    if inbox.pause.as_mut().is_some_and(Pause::holds) {
         return true;
     }
     if let Err(e) = signal::to_pidfd(reaper, Signal::CONT) {
         tracing::debug!("cannot continue reaper: {e}");
         return true;
     }
-    if !*warned {
-        *warned = true;
+    let pid = reaper.raw_pid();
+    if paused && !warned.pause {
+        warned.pause = true;
         say!(
-            "reaper guardian: reaper (pid {}) is stopped, and not by its own job control (a \
-             SIGSTOP from a process of its run?); continued it (SIGCONT)",
-            reaper.raw_pid()
+            "reaper guardian: reaper (pid {pid}) stopped its own job (job control), but its run \
+             is not stopped with it, or its timeout has passed; continued it (SIGCONT)"
+        );
+    } else if !paused && !warned.stopped {
+        warned.stopped = true;
+        say!(
+            "reaper guardian: reaper (pid {pid}) is stopped, and not by its own job control (a \
+             SIGSTOP from a process of its run?); continued it (SIGCONT)"
         );
     }
     true
+}
+
+/// A root process of the run can `PTRACE_ATTACH` reaper (CAP_SYS_PTRACE passes reaper's not
+/// being dumpable) and hold it. A tracer that descends from reaper, or lives in one of its run
+/// cgroups (`is_run` accepts a run cgroup's name), is SIGKILLed through a pidfd opened on it
+/// and checked to still be reaper's tracer; the kernel then detaches reaper, and a stop it is
+/// left in is [`continue_if_stopped`]'s. A tracer that is neither (a debugger from outside) is
+/// left alone.
+fn kill_tracer_from_run(reaper: &Pidfd, is_run: &dyn Fn(&str) -> bool, warned: &mut Warned) {
+    let rpid = reaper.raw_pid();
+    let Ok(Some(tracer)) = procfs::tracer(rpid) else {
+        return;
+    };
+    let Ok(st) = procfs::stat(tracer) else {
+        return;
+    };
+    let in_run_cgroup = || procfs::cgroup(tracer).is_some_and(|cg| cg.split('/').any(is_run));
+    if !matches!(procfs::descends_from(st.identity(), rpid), Ok(true)) && !in_run_cgroup() {
+        return;
+    }
+    let Some(fd) = reaper_platform::Pid::from_raw(tracer).and_then(|p| Pidfd::open(p).ok()) else {
+        return;
+    };
+    // The pidfd names the process read above, and it still traces reaper.
+    if !procfs::is_alive(tracer, st.starttime) || procfs::tracer(rpid).ok() != Some(Some(tracer)) {
+        return;
+    }
+    if let Err(e) = signal::to_pidfd(&fd, Signal::KILL) {
+        tracing::debug!("cannot kill reaper's tracer (pid {tracer}): {e}");
+        return;
+    }
+    if !warned.traced {
+        warned.traced = true;
+        say!(
+            "reaper guardian: reaper (pid {rpid}) was traced (ptrace) by pid {tracer}, a process \
+             of its run; killed the tracer"
+        );
+    }
 }
 
 /// The cgroups directly under `dirs` whose name `mine` accepts.
@@ -320,4 +446,45 @@ async fn take_over(cgroups: &[PathBuf], loud: bool) -> bool {
         }
     }
     failed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pause_record_names_its_job_and_timeout() {
+        let p = Pause::parse(b"12:34 1500");
+        assert_eq!(
+            p.job,
+            Some(crate::Identity {
+                pid: 12,
+                starttime: 34
+            })
+        );
+        let left = p.until.unwrap() - std::time::Instant::now();
+        assert!(left <= Duration::from_millis(1500) && left > Duration::from_millis(500));
+        let none = Pause::parse(b"- -");
+        assert_eq!((none.job, none.until), (None, None));
+        // What cannot be read bounds nothing (the grace still does).
+        for rec in [&b""[..], b"12 x", b"a:b 1", b":", b"1:2"] {
+            assert_eq!(
+                Pause::parse(rec).until.is_some(),
+                rec == b"a:b 1",
+                "{rec:?}"
+            );
+        }
+        // The farthest timeout neither panics nor bounds anything in practice.
+        let far = Pause::parse(format!("- {}", u64::MAX).as_bytes()).until;
+        assert!(far.is_none_or(|u| u > std::time::Instant::now() + Duration::from_secs(1 << 32)));
+        let mut inbox = Inbox::default();
+        inbox.take(b"P7:8 -\0");
+        assert!(inbox
+            .pause
+            .is_some_and(|p| p.job.is_some() && p.until.is_none()));
+        inbox.take(b"R\0P\0");
+        assert!(inbox
+            .pause
+            .is_some_and(|p| p.job.is_none() && p.until.is_none()));
+    }
 }

@@ -35,6 +35,13 @@ pub(crate) struct Leader {
     /// The run's guardian, told when reaper stops its own job: it continues a reaper stopped
     /// any other way.
     pub(crate) guardian: Option<Arc<Guardian>>,
+    /// The run's timeout: a stop of reaper's own job does not outlast it (the guardian
+    /// continues reaper then).
+    pub(crate) deadline: Option<Instant>,
+    /// The leader leads a session of its own (it holds no terminal): its process group is
+    /// orphaned, where the kernel discards SIGTSTP, SIGTTIN and SIGTTOU; a stop is passed on as
+    /// SIGSTOP.
+    pub(crate) own_session: bool,
     pub(crate) sink: EventSink,
 }
 
@@ -142,11 +149,12 @@ impl Leader {
     }
 
     /// Stops reaper's own job, telling the guardian first that this stop is reaper's own (it
-    /// continues a reaper stopped by anyone else). Returns once reaper's job is continued (or at
-    /// once if no shell controls it).
+    /// continues a reaper stopped by anyone else), and what bounds it: the leader, which a real
+    /// job-control stop stops too, and the run's timeout. Returns once reaper's job is continued
+    /// (or at once if no shell controls it).
     fn stop_own_job(&self) {
         if let Some(g) = &self.guardian {
-            g.pausing();
+            g.pausing(self.pause());
         }
         signal::stop_own_job();
         if let Some(g) = &self.guardian {
@@ -154,16 +162,36 @@ impl Leader {
         }
     }
 
+    /// What bounds a stop of reaper's own job now: the leader while it lives (not reaped, its
+    /// pid is its own), and the time left until the run's timeout.
+    fn pause(&self) -> crate::guardian::Pause {
+        #[cfg(target_os = "linux")]
+        let job = (!self.gone)
+            .then(|| reaper_platform::linux::procfs::stat(self.handle.raw_pid()).ok())
+            .flatten()
+            .map(|s| s.identity());
+        #[cfg(not(target_os = "linux"))]
+        let job = None;
+        crate::guardian::Pause {
+            job,
+            left: self
+                .deadline
+                .map(|d| d.saturating_duration_since(Instant::now())),
+        }
+    }
+
     /// reaper itself got a job-control stop (a Ctrl-Z reached reaper's group, which is not the
     /// leader's): the leader's group gets the same signal, as the terminal would have sent it
-    /// had that group been in the foreground; then reaper's own job stops, and once the shell
-    /// continues it, the leader's group is continued too. A leader that has exited leaves only
-    /// reaper's own job to stop.
+    /// had that group been in the foreground (SIGSTOP for a group the kernel would let it pass
+    /// by: see `own_session`); then reaper's own job stops, and once the shell continues it,
+    /// the leader's group is continued too. A leader that has exited leaves only reaper's own
+    /// job to stop.
     pub(crate) fn relay_stop(&mut self, sig: Signal) {
         let group = (!self.gone)
             .then(|| reaper_platform::Pid::from_raw(self.handle.raw_pid()))
             .flatten();
         if let Some(g) = group {
+            let sig = if self.own_session { Signal::STOP } else { sig };
             let _ = signal::to_process_group(g, sig);
         }
         self.stop_own_job();

@@ -16,14 +16,17 @@
 //! | `start`    | [`Run::start`]: containment, spawn, pidfd, the terminal handed over  |
 //! | `spawn`    | the leader's spawn into containment (clone3, or a join before exec)  |
 //! | `leader`   | the leader: pidfd wait, reaping, job control and the terminal        |
+//! | `outside`  | whether a job-control stop came from outside the run                 |
 //! | `stop`     | the stop sequence: first signal, grace, SIGKILL rounds; forwarding   |
 //! | `priority` | reaper's own scheduling: raised for the run, real time to kill       |
 //! | `finish`   | the run's end: survivors, cgroup removal, the [`Outcome`]; `keep`    |
-//! | `dropped`  | a run dropped before its end: cleanup threads, the exit hook         |
+//! | `dropped`  | a run dropped before its end: cleanup threads; the exit hook, which  |
+//! |            | also kills the runs still alive at `exit`                            |
 
 mod dropped;
 mod finish;
 mod leader;
+mod outside;
 mod priority;
 pub(crate) mod spawn;
 mod start;
@@ -71,6 +74,8 @@ pub(crate) struct Run {
     /// A root sandbox's host ids, leased until the run is over.
     #[cfg(target_os = "linux")]
     sandbox_ids: Option<crate::containment::sandbox::IdLease>,
+    /// Killed by the exit hook if this process exits while the run lives (see `dropped`).
+    _live: dropped::Live,
 }
 
 impl Run {

@@ -83,9 +83,23 @@ impl Command {
         env
     }
 
+    /// Whether the leader would hold a terminal: one of its stdin, stdout and stderr is one
+    /// (this process's own, inherited, or a descriptor given).
+    pub(crate) fn holds_a_terminal(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        // SAFETY: isatty(3) only asks about a descriptor number, and fails on a closed one.
+        let isatty = |fd: i32| unsafe { libc::isatty(fd) == 1 };
+        self.stdio.iter().enumerate().any(|(i, io)| match io {
+            Stdio::Inherit => isatty(i as i32),
+            Stdio::Fd(fd) => isatty(fd.as_raw_fd()),
+            Stdio::Null | Stdio::Piped => false,
+        })
+    }
+
     /// std's `Command` for this command. Takes the stdio out (it is moved into the `Command`);
     /// the rest stays, so a failed spawn can still be explained ([`Command::explain`]).
-    fn take_std(&mut self) -> std::process::Command {
+    /// `own_session`: the leader leads a session of its own rather than only a process group.
+    fn take_std(&mut self, own_session: bool) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.program);
         cmd.args(&self.args);
         if self.env_clear {
@@ -104,7 +118,20 @@ impl Command {
         cmd.stdin(std_stdio(i))
             .stdout(std_stdio(o))
             .stderr(std_stdio(e));
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        if own_session {
+            // setsid(2) fails for a group leader: it makes the new group itself. SAFETY:
+            // setsid is async-signal-safe and allocates nothing.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                    if libc::setsid() < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        } else {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        }
         cmd
     }
 
@@ -236,12 +263,14 @@ fn on_main_thread() -> bool {
 /// Starts `cmd` into `backend`. An `Err` is the spawn's own failure (not found, not executable,
 /// too large to exec, could not join the cgroup, the sandbox); nothing is left running then.
 /// `terminal`: the leader makes its new group the terminal's foreground group before exec.
-/// `opts`' sandbox: the leader starts in it (Linux, cgroup backend only; anything else is an
-/// error, never a weaker sandbox).
+/// `own_session`: the leader leads a session of its own (no controlling terminal), not only a
+/// process group. `opts`' sandbox: the leader starts in it (Linux, cgroup backend only;
+/// anything else is an error, never a weaker sandbox), in a session of its own.
 pub(crate) fn spawn(
     cmd: &mut Command,
     backend: &AnyBackend,
     terminal: Option<&Foreground>,
+    own_session: bool,
     opts: &crate::ContainOptions,
 ) -> Result<Spawned, Failure> {
     let sandbox = opts.sandbox;
@@ -280,7 +309,7 @@ pub(crate) fn spawn(
     #[cfg(target_os = "linux")]
     if let Some(dir) = crate::containment::spawn::clone_target(backend) {
         use crate::containment::spawn::Error as CloneError;
-        match clone3::spawn(cmd, dir, tty, plan.as_ref()) {
+        match clone3::spawn(cmd, dir, tty, own_session, plan.as_ref()) {
             Ok(s) => {
                 return Ok(Spawned {
                     sandbox_ids: ids,
@@ -317,7 +346,7 @@ pub(crate) fn spawn(
     if plan.is_some() {
         return Err(Failure::Sandbox(SandboxError::NeedsClone3 { source: None }));
     }
-    spawn_std(cmd, backend, tty).map_err(|e| Failure::Io(cmd.explain(e)))
+    spawn_std(cmd, backend, tty, own_session).map_err(|e| Failure::Io(cmd.explain(e)))
 }
 
 /// The refusal of a sandbox step, with the likely cause when a non-root user's namespace was
@@ -343,8 +372,9 @@ fn spawn_std(
     cmd: &mut Command,
     backend: &AnyBackend,
     tty: Option<std::os::fd::RawFd>,
+    own_session: bool,
 ) -> std::io::Result<Spawned> {
-    let mut cmd = cmd.take_std();
+    let mut cmd = cmd.take_std(own_session);
     backend.prepare(&mut cmd);
     if let Some(tty) = tty {
         use std::os::unix::process::CommandExt;
@@ -412,6 +442,7 @@ mod clone3 {
         cmd: &mut Command,
         cgroup: BorrowedFd<'_>,
         tty: Option<std::os::fd::RawFd>,
+        own_session: bool,
         sandbox: Option<&reaper_platform::linux::sandbox::SandboxPlan>,
     ) -> Result<Spawned, Error> {
         let failed = Error::Failed;
@@ -477,9 +508,9 @@ mod clone3 {
             cwd,
             stdio: [0, 1, 2].map(|i| child_ends[i].as_ref().map(|f| f.as_fd())),
             new_process_group: true,
-            // The sandbox's leader cannot reach reaper's terminal: no `vhangup`, no TIOCSTI,
-            // no SIGHUP or job-control signal through it.
-            new_session: sandbox.is_some(),
+            // The sandbox's leader, and one that holds no terminal, cannot reach reaper's
+            // terminal: no `vhangup`, no TIOCSTI, no SIGHUP or job-control signal through it.
+            new_session: own_session || sandbox.is_some(),
             foreground_tty: tty,
             parent_death_signal: on_main_thread().then_some(reaper_platform::Signal::KILL),
             cgroup,

@@ -41,6 +41,10 @@ impl Run {
         let terminal = (cmd.terminal && opts.sandbox.is_none())
             .then(Foreground::if_foreground)
             .flatten();
+        // A leader given no terminal, and holding none on its stdin, stdout or stderr, leads a
+        // session of its own: with no controlling terminal it cannot open `/dev/tty`, so it
+        // cannot type into the caller's (TIOCSTI), nor join reaper's process group.
+        let own_session = terminal.is_none() && !cmd.holds_a_terminal();
         // The reaping lock from the spawn to `register_leader` (no `.await` in between): no
         // `reap_orphans` can take the leader's status, nor the status of a child whose exec
         // failed, which std's spawn waits for itself.
@@ -55,7 +59,7 @@ impl Run {
             cmd.env
                 .push((crate::runs::RUN_ID_ENV.into(), Some(id.to_string().into())))
         });
-        let spawned = spawn::spawn(cmd, &backend, terminal.as_ref(), &opts);
+        let spawned = spawn::spawn(cmd, &backend, terminal.as_ref(), own_session, &opts);
         #[cfg(target_os = "linux")]
         if tagged.is_some() {
             cmd.env.pop();
@@ -119,12 +123,15 @@ impl Run {
             terminal,
             job_control: true,
             guardian: guardian.clone(),
+            deadline: None,
+            own_session: own_session || opts.sandbox.is_some(),
             sink: sink.clone(),
         };
         #[cfg(target_os = "linux")]
         let registration = id.and_then(|id| {
             crate::runs::registration::Registration::new(record(id, cmd, &argv, &backend, &leader))
         });
+        let live = super::dropped::alive(&backend, &leader.handle);
         let run = Run {
             argv,
             backend,
@@ -142,6 +149,7 @@ impl Run {
             registration,
             #[cfg(target_os = "linux")]
             sandbox_ids,
+            _live: live,
         };
         Ok((run, pipes))
     }

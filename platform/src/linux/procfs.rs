@@ -331,6 +331,75 @@ pub fn cgroup(pid: i32) -> Option<String> {
     )
 }
 
+/// How many parent links [`descends_from`] follows at most: a chain deeper than this is
+/// answered with an error, never with "no".
+const MAX_DEPTH: usize = 4096;
+
+/// Whether `who` is `ancestor` or one of its descendants, by its chain of parents. Each link is
+/// proven: a parent read by pid is taken only if the child still names it as its parent after
+/// it was read (a parent that exited in between reparents the child, and its pid may be
+/// someone else's by then). An error (a process of the chain gone, a chain deeper than any
+/// real one) says neither yes nor no. A process whose parent is not visible here (ppid 0) and
+/// pid 1 end the chain. Not under a foreign `/proc` ([`is_foreign`]: its parent pids are not
+/// this namespace's).
+pub fn descends_from(who: Identity, ancestor: i32) -> io::Result<bool> {
+    let gone = || io::Error::from_raw_os_error(libc::ESRCH);
+    if is_foreign() {
+        return Err(io::Error::new(
+            io::ErrorKind::Unsupported,
+            "/proc is another PID namespace's: its parent pids are not this one's",
+        ));
+    }
+    let mut cur = who;
+    for _ in 0..MAX_DEPTH {
+        if cur.pid == ancestor {
+            return Ok(true);
+        }
+        if cur.pid <= 1 {
+            return Ok(false);
+        }
+        let st = stat(cur.pid)?;
+        if st.starttime != cur.starttime {
+            return Err(gone());
+        }
+        if st.ppid <= 0 {
+            return Ok(false);
+        }
+        let parent = stat(st.ppid)?;
+        let again = stat(cur.pid)?;
+        if again.starttime != cur.starttime || again.ppid != st.ppid {
+            return Err(gone());
+        }
+        cur = parent.identity();
+    }
+    Err(io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("a chain of parents deeper than {MAX_DEPTH}"),
+    ))
+}
+
+/// The process tracing `pid` (`TracerPid:` of `/proc/PID/status`), `None` when it is not
+/// traced. The kernel names the tracing *thread*; this is its thread group (`Tgid:` of that
+/// thread's status), the process a signal or a pidfd reaches.
+pub fn tracer(pid: i32) -> io::Result<Option<i32>> {
+    let Some(thread) = status_field(pid, "TracerPid:")?.filter(|&t| t > 0) else {
+        return Ok(None);
+    };
+    Ok(status_field(thread, "Tgid:")?.filter(|&t| t > 0))
+}
+
+/// A numeric field of `/proc/PID/status` (`pid` may name any thread).
+fn status_field(pid: i32, name: &str) -> io::Result<Option<i32>> {
+    in_proc(pid, |q| {
+        let mut buf = [0u8; 4096];
+        let text = read_proc_file(&format!("/proc/{q}/status"), &mut buf)?;
+        Ok(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse::<i32>().ok()))
+    })
+}
+
 /// Seconds since boot, from `/proc/uptime`.
 pub fn uptime_secs() -> Option<f64> {
     std::fs::read_to_string("/proc/uptime")
@@ -485,5 +554,21 @@ mod tests {
         assert!(is_alive(pid, st));
         assert!(!is_alive(pid, st + 1));
         assert!(children(pid).is_empty() || !children(pid).contains(&pid));
+    }
+
+    #[test]
+    fn this_process_descends_from_its_parent_and_not_the_other_way() {
+        let me = self_identity().unwrap();
+        let parent = stat(stat(me.pid).unwrap().ppid).unwrap().identity();
+        assert_eq!(descends_from(me, me.pid).ok(), Some(true));
+        assert_eq!(descends_from(me, parent.pid).ok(), Some(true));
+        assert_eq!(descends_from(parent, me.pid).ok(), Some(false));
+        // A wrong start time is no proof either way.
+        let stale = Identity {
+            starttime: me.starttime + 1,
+            ..me
+        };
+        assert!(descends_from(stale, parent.pid).is_err());
+        assert_eq!(tracer(me.pid).ok(), Some(None));
     }
 }

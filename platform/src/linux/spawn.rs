@@ -188,13 +188,12 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
         None
     };
 
-    // A sandboxed child waits on this pipe until the parent has written its user namespace's
-    // maps: without them it is nobody there, and its steps would fail.
+    // A sandboxed child waits on this socket pair until the parent has written its user
+    // namespace's maps: without them it is nobody there, and its steps would fail. It first
+    // says it is dumpable again (the parent, which may refuse tracing, is not: its copy would
+    // keep `/proc/PID/uid_map` root's, which a non-root parent cannot then write).
     let maps_written = match spec.sandbox {
-        Some(_) => Some(
-            rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-                .map_err(|e| failed(e.into()))?,
-        ),
+        Some(_) => Some(socket_pair().map_err(failed)?),
         None => None,
     };
 
@@ -283,6 +282,10 @@ pub fn spawn_into_cgroup(spec: &SpawnSpec<'_>) -> Result<Pidfd, SpawnError> {
     drop(err_write);
     if let (Some(plan), Some((r, w))) = (spec.sandbox, maps_written) {
         drop(r);
+        // The child's word that it is dumpable; EOF (it is gone) leaves the maps' write to
+        // fail and say so.
+        let mut byte = [0u8; 1];
+        while let Err(rustix::io::Errno::INTR) = rustix::io::read(&w, &mut byte) {}
         if let Err(e) = plan.write_maps(pid) {
             kill_and_reap(&handle);
             return Err(SpawnError::Sandbox(e));
@@ -583,11 +586,30 @@ struct ChildPlan<'a> {
     parent: Pid,
     /// With a new PID namespace: a pidfd of reaper, to check its death against.
     parent_fd: Option<RawFd>,
-    /// The sandbox's pipe (read end, write end): one byte once the maps are written.
+    /// The sandbox's socket pair (the child's end, the parent's end): one byte from the child
+    /// once it is dumpable, one from the parent once the maps are written.
     maps_written: Option<(RawFd, RawFd)>,
     /// The child runs in the parent's memory ([`vfork::clone3`]): every handler of the
     /// parent's goes back to its default before signals are let through.
     shared_memory: bool,
+}
+
+/// A close-on-exec `AF_UNIX` stream socket pair: (the child's end, the parent's end).
+fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [-1; 2];
+    // SAFETY: socketpair(2) writes two new fds into the local array, which are then owned once.
+    unsafe {
+        if libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])))
+    }
 }
 
 /// In the child between clone and exec: system calls only. Reports the errno of the first step
@@ -662,9 +684,14 @@ unsafe fn child_after_clone(spec: &SpawnSpec<'_>, plan: ChildPlan<'_>) -> ! {
             }
         }
         if let Some((read, write)) = maps_written {
-            // Only the parent's end may keep the pipe open; reaper's death (PDEATHSIG above)
+            // Only the parent's end may keep the pair open; reaper's death (PDEATHSIG above)
             // ends this wait too.
             libc::close(write);
+            if libc::prctl(libc::PR_SET_DUMPABLE, 1 as libc::c_ulong) != 0
+                || libc::write(read, b"d".as_ptr().cast(), 1) != 1
+            {
+                libc::_exit(1);
+            }
             let mut byte = 0u8;
             loop {
                 match libc::read(read, (&mut byte as *mut u8).cast(), 1) {

@@ -1,13 +1,13 @@
 //! reaper: run a command so that nothing it starts outlives it.
 
-/// One line to stderr that cannot abort reaper: `eprintln!` panics when stderr is a closed pipe
-/// (Rust ignores SIGPIPE), which is exactly when a client has gone away and the tree must still
-/// be torn down.
+/// One line to stderr that can neither abort nor block reaper: `eprintln!` panics when stderr is
+/// a closed pipe (Rust ignores SIGPIPE), which is exactly when a client has gone away and the
+/// tree must still be torn down; and a write to a stderr the command filled would wait for a
+/// reader that may wait for reaper (`reaper_platform::stderr`).
 macro_rules! say {
-    ($($arg:tt)*) => {{
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
-    }};
+    ($($arg:tt)*) => {
+        reaper_platform::stderr::line(format_args!($($arg)*))
+    };
 }
 
 /// The same for stdout (`reaper doctor | head -1` must not panic).
@@ -77,6 +77,10 @@ enum Cmd {
 
 fn main() -> std::process::ExitCode {
     cli::record_parent();
+    // Before anything of a run exists, and inherited by the forked guardian: no process of a
+    // run without CAP_SYS_PTRACE can trace reaper (and hold it stopped).
+    #[cfg(target_os = "linux")]
+    let untraceable = reaper::deny_tracing();
     let cli = parse();
     // Before tracing and before any runtime or thread: the guardian is forked.
     let wants_guardian = match &cli {
@@ -98,6 +102,10 @@ fn main() -> std::process::ExitCode {
     // a run come back to it (a child subreaper).
     if let Err(e) = reaper::own_every_child() {
         say!("reaper: warning: cannot become a child subreaper ({e}); orphans of the tree go to PID 1");
+    }
+    #[cfg(target_os = "linux")]
+    if let Err(e) = untraceable {
+        say!("reaper: warning: cannot refuse ptrace to the tree (PR_SET_DUMPABLE: {e}); a process of the run could trace and hold reaper");
     }
     dispatch(cli)
 }
@@ -139,7 +147,8 @@ fn init_command_line(argv: Vec<std::ffi::OsString>) -> Vec<std::ffi::OsString> {
 
 fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
+        // Never blocks on a stderr the command filled (see `say!`).
+        .with_writer(|| reaper_platform::stderr::Writer)
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUST_LOG")
                 .unwrap_or_else(|_| "warn".into()),

@@ -23,7 +23,6 @@
 //!   by pid only: that group is never remembered nor signalled, and its other members are not
 //!   the run's.
 
-use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -317,11 +316,10 @@ impl Backend for PgidBackend {
         super::VIA_GROUP_AND_HANDLE
     }
 
-    /// A process group of its own: what the tree does not move out of, one `killpg` reaches
-    /// atomically. (std applies it with `setpgid(0, 0)` in the child before exec.)
-    fn prepare(&self, cmd: &mut Command) {
-        cmd.process_group(0);
-    }
+    /// Nothing: the spawn gives every leader a process group of its own (`setpgid(0, 0)`, or
+    /// `setsid` for a leader that holds no terminal), what the tree does not move out of and one
+    /// `killpg` reaches atomically.
+    fn prepare(&self, _cmd: &mut Command) {}
 
     fn spawned(&mut self, leader: Pid) {
         let pid = leader.as_raw_nonzero().get();

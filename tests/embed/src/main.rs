@@ -1,16 +1,18 @@
 //! An agent's tool call, the way an embedder writes it: spawn a command contained, and return.
 //!
-//! `reaper-embed PIDFILE` runs a shell whose grandchild leaves its session and ignores
+//! `reaper-embed PIDFILE [HOW]` runs a shell whose grandchild leaves its session and ignores
 //! SIGTERM, waits until both wrote their pids to PIDFILE (one per line, with the run's cgroup
-//! on a third line when there is one), drops the `Child` and returns from `main` at once.
+//! on a third line when there is one), then ends as HOW says: `drop` (the default) drops the
+//! `Child` and returns from `main` at once; `exit` calls `std::process::exit` with the `Child`
+//! alive; `forget` `mem::forget`s the `Child`, then calls `std::process::exit`.
 
 use std::time::Duration;
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let pidfile = std::env::args()
-        .nth(1)
-        .ok_or("usage: reaper-embed PIDFILE")?;
+    let mut args = std::env::args().skip(1);
+    let pidfile = args.next().ok_or("usage: reaper-embed PIDFILE [drop|exit|forget]")?;
+    let how = args.next().unwrap_or_else(|| "drop".into());
     let script = r#"echo $$ >> "$1"; setsid sh -c 'trap "" TERM; echo $$ >> "$1"; exec sleep 600' sh "$1" & wait"#;
     let child = reaper::Command::new("sh")
         .args(["-c", script, "sh", &pidfile])
@@ -29,6 +31,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             format!("{}{}\n", std::fs::read_to_string(&pidfile)?, cg.display()),
         )?;
     }
-    drop(child);
+    match how.as_str() {
+        "exit" => std::process::exit(0),
+        "forget" => {
+            std::mem::forget(child);
+            std::process::exit(0)
+        }
+        _ => drop(child),
+    }
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! What an embedder gets: a process that drops its `Child` and returns from `main` leaves no
-//! process and no cgroup behind.
+//! process and no cgroup behind; nor does one that calls `std::process::exit` with its `Child`
+//! alive, or after `mem::forget`ting it.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +19,22 @@ fn alive(pid: i32) -> bool {
 
 #[test]
 fn returning_from_main_after_a_drop_leaves_nothing() {
-    let dir = std::env::temp_dir().join(format!("reaper-embed-{}", std::process::id()));
+    ends_leaving_nothing("drop");
+}
+
+/// `exit` skips every destructor: the exit hook stops the live runs instead.
+#[test]
+fn exit_with_a_live_child_leaves_nothing() {
+    ends_leaving_nothing("exit");
+}
+
+#[test]
+fn exit_after_forgetting_a_child_leaves_nothing() {
+    ends_leaving_nothing("forget");
+}
+
+fn ends_leaving_nothing(how: &str) {
+    let dir = std::env::temp_dir().join(format!("reaper-embed-{}-{how}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let pidfile = dir.join("pids");
     let _ = std::fs::remove_file(&pidfile);
@@ -26,6 +42,7 @@ fn returning_from_main_after_a_drop_leaves_nothing() {
 
     let status = Command::new(env!("CARGO_BIN_EXE_reaper-embed"))
         .arg(&pidfile)
+        .arg(how)
         .status()
         .expect("reaper-embed runs");
     assert!(status.success(), "reaper-embed failed: {status}");
@@ -52,7 +69,7 @@ fn returning_from_main_after_a_drop_leaves_nothing() {
     for p in &pids {
         assert!(
             !alive(*p),
-            "pid {p} outlived the process that dropped its Child"
+            "{how}: pid {p} outlived the process that ended with its Child"
         );
     }
     if let Some(cg) = cgroup {
@@ -62,11 +79,11 @@ fn returning_from_main_after_a_drop_leaves_nothing() {
             // Ours (reaper-embed's run): removed so a failure leaves nothing either.
             let _ = std::fs::remove_dir(&cg);
         }
-        assert!(!left, "{cg} was left behind");
+        assert!(!left, "{how}: {cg} was left behind");
     } else if std::env::var("REAPER_REQUIRE").is_ok_and(|r| r.split(' ').any(|n| n == "cgroup")) {
         panic!("no run cgroup, on a machine that has them (REAPER_REQUIRE)");
     } else {
-        eprintln!("skipped: returning_from_main_after_a_drop_leaves_nothing: the cgroup check (no run cgroup here)");
+        eprintln!("skipped: {how}: the cgroup check (no run cgroup here)");
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -178,7 +178,7 @@ async fn check(args: CheckArgs) -> u8 {
     // One stream for every repeat: a signal between two runs stops the next one.
     let mut requests = Requests::new();
     super::signal_requests(sigs, &mut requests);
-    if let Some(stops) = super::JobStops::new() {
+    if let Some(stops) = super::job_stops() {
         use reaper::Signal as S;
         super::job_stop_requests(stops, &[S::TSTP, S::TTIN, S::TTOU], &mut requests);
     }

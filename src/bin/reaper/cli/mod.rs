@@ -16,6 +16,7 @@ pub mod stop;
 
 use reaper::supervise::{Request, Requests};
 use reaper::{Event, EventSink};
+use reaper_platform::job_control::JobStops;
 
 /// Every signal reaper listens to becomes a request, in the order they come.
 pub fn signal_requests(mut sigs: Signals, requests: &mut Requests) {
@@ -29,8 +30,9 @@ pub fn signal_requests(mut sigs: Signals, requests: &mut Requests) {
     });
 }
 
-/// reaper's job-control stops become requests to pass them on (see `Request::JobStop`); those
-/// not in `relayed` are ignored.
+/// reaper's job-control stops, each with its sender, become requests to pass them on (see
+/// `Request::JobStop`: the run refuses one from its own tree); those not in `relayed` are
+/// ignored.
 pub fn job_stop_requests(
     mut stops: JobStops,
     relayed: &'static [reaper::Signal],
@@ -38,8 +40,10 @@ pub fn job_stop_requests(
 ) {
     requests.feed(|tx| async move {
         loop {
-            let sig = stops.recv().await;
-            if relayed.contains(&sig) && !tx.send(Request::JobStop(sig)) {
+            let Ok(stop) = stops.recv().await else {
+                break;
+            };
+            if relayed.contains(&stop.signal) && !tx.send(Request::JobStop(stop)) {
                 break;
             }
         }
@@ -277,33 +281,17 @@ fn stream(sig: reaper_platform::Signal) -> Option<tokio::signal::unix::Signal> {
     tokio::signal::unix::signal(tokio::signal::unix::SignalKind::from_raw(sig.as_raw())).ok()
 }
 
-/// The job-control stops to reaper (SIGTSTP: Ctrl-Z, SIGTTIN, SIGTTOU), for a face that passes
-/// them on to the tree, whose process group is not reaper's, before stopping its own job; and
-/// timeout(1)'s face, which ignores SIGTTIN and SIGTTOU as GNU timeout does. A handler, unlike
-/// SIG_IGN, is not inherited by the leader.
-pub struct JobStops {
-    streams: Vec<(reaper_platform::Signal, tokio::signal::unix::Signal)>,
-}
-
-impl JobStops {
-    pub fn new() -> Option<Self> {
-        use reaper_platform::Signal as S;
-        let streams = [S::TSTP, S::TTIN, S::TTOU]
-            .into_iter()
-            .map(|sig| Some((sig, stream(sig)?)))
-            .collect::<Option<_>>()?;
-        Some(Self { streams })
-    }
-
-    pub async fn recv(&mut self) -> reaper_platform::Signal {
-        std::future::poll_fn(|cx| {
-            for (sig, stream) in self.streams.iter_mut() {
-                if stream.poll_recv(cx).is_ready() {
-                    return std::task::Poll::Ready(*sig);
-                }
-            }
-            std::task::Poll::Pending
-        })
-        .await
+/// The job-control stops to reaper (SIGTSTP: Ctrl-Z, SIGTTIN, SIGTTOU), each with its sender
+/// (`reaper_platform::job_control`), for a face that passes them on to the tree, whose process
+/// group is not reaper's, before stopping its own job; and timeout(1)'s face, which ignores
+/// SIGTTIN and SIGTTOU as GNU timeout does. A handler, unlike SIG_IGN, is not inherited by the
+/// leader. `None` when the handler cannot be installed (once per process).
+pub fn job_stops() -> Option<JobStops> {
+    match reaper_platform::job_control::install() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            tracing::debug!("job-control stops stop reaper by default: {e}");
+            None
+        }
     }
 }

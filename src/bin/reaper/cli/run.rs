@@ -178,7 +178,7 @@ async fn run(mut args: RunArgs) -> u8 {
     let job_stops = if is_init(&args) {
         None
     } else {
-        super::JobStops::new()
+        super::job_stops()
     };
     let parent = if args.die_with_parent {
         match super::ParentWatch::start() {

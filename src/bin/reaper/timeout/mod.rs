@@ -130,7 +130,7 @@ async fn run(a: Args) -> u8 {
     cli::signal_requests(sigs, &mut requests);
     // timeout(1) ignores SIGTTIN and SIGTTOU (it may write to the terminal from the background),
     // and is stopped by SIGTSTP, which reaches COMMAND's group too.
-    if let Some(stops) = cli::JobStops::new() {
+    if let Some(stops) = cli::job_stops() {
         cli::job_stop_requests(stops, &[Signal::TSTP], &mut requests);
     }
     let mut cmd = reaper::Command::new(&a.command[0]);
@@ -275,6 +275,8 @@ pub fn die_of(sig: i32) {
     if !no_core {
         return;
     }
+    // A death by signal runs no exit hook: what reaper said goes out first (bounded).
+    reaper_platform::stderr::flush(std::time::Duration::from_millis(500));
     // SAFETY: plain libc calls on a local, initialised sigset; the run is over (tree reaped,
     // cgroup removed, guardian told), so nothing is lost when the signal ends reaper.
     unsafe {
