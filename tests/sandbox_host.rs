@@ -570,6 +570,9 @@ fn roots_sandbox_has_a_tmp_of_its_own() {
     assert_eq!(rc(&out, "mkdir"), 0, "{out}\n{}", stderr(&o));
     assert_eq!(rc(&out, "shm"), 0, "{out}");
     assert_eq!(rc(&out, "declared"), 0, "{out}");
-    assert!(!Path::new("/tmp").join(&name).exists(), "the sandbox's /tmp is the host's");
+    assert!(
+        !Path::new("/tmp").join(&name).exists(),
+        "the sandbox's /tmp is the host's"
+    );
     assert!(!Path::new("/dev/shm").join(&name).exists());
 }
