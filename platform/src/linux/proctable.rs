@@ -97,7 +97,10 @@ mod tests {
         // The same process; its state (R, S) may change between two reads.
         let again = ProcTable.lookup(pid).unwrap().expect("this process");
         assert_eq!(again.identity(), me.identity());
-        assert_eq!((again.ppid, again.pgid, again.sid), (me.ppid, me.pgid, me.sid));
+        assert_eq!(
+            (again.ppid, again.pgid, again.sid),
+            (me.ppid, me.pgid, me.sid)
+        );
         assert_eq!(ProcTable.lookup(i32::MAX).unwrap(), None);
         ProcTable.probe().unwrap();
     }
