@@ -143,9 +143,12 @@ fn sender(code: i32, pid: i32, at: Duration) -> StopSender {
         libc::SI_USER | libc::SI_TKILL => StopSender::Process { pid, at },
         _ => StopSender::Unproven,
     };
+    // <sys/signal.h>: SI_USER is 0x10001 on macOS (the libc crate does not name it there).
+    #[cfg(not(target_os = "linux"))]
+    const SI_USER: i32 = 0x10001;
     #[cfg(not(target_os = "linux"))]
     match code {
-        libc::SI_USER if pid > 0 => StopSender::Process { pid, at },
+        SI_USER if pid > 0 => StopSender::Process { pid, at },
         _ => StopSender::Terminal,
     }
 }

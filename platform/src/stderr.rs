@@ -29,6 +29,7 @@ const AT_EXIT: Duration = Duration::from_millis(500);
 
 /// How a line reaches fd 2 without blocking.
 #[derive(Debug)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))] // elsewhere only `Plain`
 enum How {
     /// A file or a device that does not wait on a reader: written as it is.
     Plain,
@@ -80,6 +81,7 @@ fn how() -> How {
 
 /// A new `O_NONBLOCK` open file description of fd 2's file (`/proc/self/fd/2`): the command's
 /// own description keeps its flags.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn reopen() -> How {
     use rustix::fs::{Mode, OFlags};
     match rustix::fs::open(

@@ -12,7 +12,7 @@ use reaper_platform::Pid;
 
 use super::Pipes;
 use crate::containment::{AnyBackend, Backend};
-use crate::{Command, ContainError, ContainErrorKind, Error, Sandbox, SandboxError, Stdio};
+use crate::{Command, ContainError, ContainErrorKind, Error, SandboxError, Stdio};
 
 /// Why a spawn failed, before it becomes an [`Error`] ([`classify`]).
 pub(crate) enum Failure {
@@ -291,7 +291,7 @@ pub(crate) fn spawn(
             // The run records' sockets take orders: not for the sandbox to see.
             let hidden = crate::runs::dir::all_candidates();
             let (plan, ids) = crate::containment::sandbox::prepare(
-                mode == Sandbox::Pid,
+                mode == crate::Sandbox::Pid,
                 &opts.sandbox_paths,
                 &hidden,
             )

@@ -206,12 +206,15 @@ fn order_siblings(word: &str) -> String {
                     Ok(d) => d,
                     Err(e) => return format!("no socket: {e}"),
                 };
-                // An abstract address of its own, for the answer.
-                use std::os::linux::net::SocketAddrExt;
-                let name = format!("fake-codex-{}", std::process::id());
-                let d = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
-                    .and_then(|a| UnixDatagram::bind_addr(&a))
-                    .unwrap_or(d);
+                // An abstract address of its own, for the answer (Linux's own namespace).
+                #[cfg(target_os = "linux")]
+                let d = {
+                    use std::os::linux::net::SocketAddrExt;
+                    let name = format!("fake-codex-{}", std::process::id());
+                    std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes())
+                        .and_then(|a| UnixDatagram::bind_addr(&a))
+                        .unwrap_or(d)
+                };
                 let _ = d.set_read_timeout(wait);
                 let _ = d.send_to(word.as_bytes(), path);
                 let mut buf = [0u8; 512];
