@@ -33,7 +33,9 @@ cargo fmt --all --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
-step "layering: no import circle; the library never names the binary (ci/layering.py)"
+step "layering: no new import circle nor binary word in the library (ci/layering.py)"
+# Today's circles and words are listed in ci/layering-allowed.txt, which may only shrink.
+python3 ci/test_layering.py
 python3 ci/layering.py
 
 step "cargo doc: every public item documented, no broken link"
