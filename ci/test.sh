@@ -41,6 +41,10 @@ python3 ci/layering.py
 step "cargo doc: every public item documented, no broken link"
 RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps -p reaper -p reaper-platform
 
+step "public API: as listed in ci/public-api.txt (ci/public_api.py --check)"
+# Every change of the library's API is deliberate: a diff here is recorded with --update.
+python3 ci/public_api.py --check
+
 step "macOS build: cargo clippy --target x86_64-apple-darwin"
 # The pgid backend is macOS's; its platform code is compiled here, never run. No linker needed.
 # Clippy checks reaper-platform too, as a member of the workspace.
