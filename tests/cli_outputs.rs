@@ -119,6 +119,11 @@ impl Golden {
         for (v, p) in &self.subst {
             s = replace_whole(&s, v, p);
         }
+        // A cell cut to a column's width ends where the raw paths' lengths put it: the
+        // checkout's path moves the cut, so the last, partial word is dropped.
+        if let Some((kept, _)) = s.strip_suffix('…').and_then(|cut| cut.rsplit_once(' ')) {
+            s = format!("{kept} …");
+        }
         s
     }
 
