@@ -119,9 +119,15 @@ impl Golden {
         for (v, p) in &self.subst {
             s = replace_whole(&s, v, p);
         }
-        // A cell cut to a column's width ends where the raw paths' lengths put it: the
-        // checkout's path moves the cut, so the last, partial word is dropped.
-        if let Some((kept, _)) = s.strip_suffix('…').and_then(|cut| cut.rsplit_once(' ')) {
+        // A cell cut to a column's width ends where the raw paths' lengths put it (the
+        // checkout's path moves the cut): kept up to its first path, the program.
+        if let Some(cut) = s.strip_suffix('…') {
+            let is_path = |w: &str| self.subst.iter().any(|(v, p)| p == w && v.contains('/'));
+            let words: Vec<&str> = cut.split(' ').collect();
+            let kept = match words.iter().position(|w| is_path(w)) {
+                Some(i) => words[..=i].join(" "),
+                None => words[..words.len().saturating_sub(1)].join(" "),
+            };
             s = format!("{kept} …");
         }
         s

@@ -99,11 +99,19 @@ fn runs_of(owner: u32, tree: bool) -> Vec<Value> {
         .collect()
 }
 
-/// The one run of `owner`, as `reaper ps --json` shows it.
+/// The one run of `owner`, as `reaper ps --json` shows it. The owner writes the record just
+/// after the leader starts, so a tree can be ready before its run is listed: asked again until
+/// it is.
 fn run_of(owner: u32, tree: bool) -> Value {
-    let runs = runs_of(owner, tree);
-    assert_eq!(runs.len(), 1, "runs of reaper {owner}: {runs:?}");
-    runs.into_iter().next().unwrap_or_default()
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let runs = runs_of(owner, tree);
+        if runs.len() == 1 || std::time::Instant::now() > deadline {
+            assert_eq!(runs.len(), 1, "runs of reaper {owner}: {runs:?}");
+            return runs.into_iter().next().unwrap_or_default();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }
 
 fn recorded_pids(tree: &Tree) -> Vec<i32> {
