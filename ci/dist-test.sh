@@ -2,7 +2,8 @@
 # Installs what ci/dist.sh built as a user would, from the files alone (no registry), and drives
 # each installed `reaper mcp` with an official MCP client (the interop suites of tests/interop):
 #   wheel  uv pip install into a fresh venv: the Python SDK suite against venv/bin/reaper;
-#          uvx --from WHEEL reaper: the same suite, through uvx;
+#          uvx --from WHEEL reaper: the same suite, through uvx; a client signalling uvx
+#          mid-call (tests/interop/launcher_signals.py), as for each launcher below;
 #          uv tool install WHEEL and pipx install WHEEL: --version, doctor, and the suite's
 #          list-tools and call tests through the installed command
 #   npm    npx -p PLATFORM.tgz -p reaper-cli.tgz reaper: the TypeScript SDK suite, through npx;
@@ -49,6 +50,12 @@ expect_version() {  # WHAT CMD...
   echo "ok: $1: $got"
 }
 timed() { local s=$SECONDS; "$@"; echo "($((SECONDS - s)) s)"; }
+# A client ends `LAUNCHER mcp` mid-call (SIGTERM, SIGKILL, SIGKILL of its group, stdin closed):
+# neither the call's tree nor reaper may outlive it.
+launcher_signals() {  # LAUNCHER...
+  REAPER_COMMAND=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "$@") \
+    FAKE_CODEX=${CARGO_TARGET_DIR:-target}/debug/fake-codex timed python3 tests/interop/launcher_signals.py
+}
 
 step "wheel: uv pip install $(basename "$wheel") into a fresh venv"
 "$uv" venv -q "$tmp/venv"
@@ -62,6 +69,7 @@ step "wheel: uvx --from $(basename "$wheel") reaper"
 uvx=("$cache/dist-venv/bin/uvx" --offline --from "$wheel" reaper)
 expect_version "uvx --from WHEEL reaper" "${uvx[@]}"
 REAPER_COMMAND=$(python3 -c 'import json, sys; print(json.dumps(sys.argv[1:]))' "${uvx[@]}") timed pysuite
+launcher_signals "${uvx[@]}"
 
 step "wheel: uv tool install"
 export UV_TOOL_DIR=$tmp/uv-tools UV_TOOL_BIN_DIR=$tmp/uv-bin
@@ -88,6 +96,7 @@ cmp -s "$launcher" "$dist/reaper-linux-amd64" || die "npx: bin/reaper is still t
 echo "ok: npx runs the binary itself (bin/reaper replaced at install)"
 REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' -- "${npx[@]}") \
   timed node --test tests/interop/mcp_ts.test.cjs
+launcher_signals "${npx[@]}"
 
 step "npm: npm install -g of both files"
 npm install -g --silent --offline --prefix "$tmp/npm-global" "$npm_platform" "$npm_main"
@@ -103,6 +112,7 @@ launcher=$(find "$npm_config_cache/_npx" -path '*/node_modules/reaper-cli/bin/re
 head -c 2 "$launcher" | grep -q '#!' || die "npx without scripts: bin/reaper is not the launcher"
 REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' -- "${npx[@]}") \
   timed node --test --test-name-pattern "lists|returns" tests/interop/mcp_ts.test.cjs
+launcher_signals "${npx[@]}"
 
 echo
 echo "every channel installed reaper $version from its file and served the MCP clients"
