@@ -23,6 +23,7 @@ mod coreutils;
 mod mcp;
 #[cfg(test)]
 mod plans_tests;
+mod report;
 mod timeout;
 
 use clap::{Parser, Subcommand};
