@@ -18,6 +18,7 @@ macro_rules! out {
     }};
 }
 
+mod advice;
 mod cli;
 mod coreutils;
 mod mcp;

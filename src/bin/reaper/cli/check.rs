@@ -246,7 +246,7 @@ pub enum CheckError {
 impl std::fmt::Display for CheckError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CheckError::Start(e) => write!(f, "{e}"),
+            CheckError::Start(e) => f.write_str(&crate::advice::start_error(e)),
             CheckError::Finish(m) => f.write_str(m),
             CheckError::Keep(e) => write!(f, "{e}"),
             CheckError::DupStderr(e) => write!(f, "cannot dup stderr: {e}"),

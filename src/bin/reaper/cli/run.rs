@@ -218,7 +218,7 @@ async fn run(mut args: RunArgs) -> u8 {
     let mut child = match cmd.spawn().await {
         Ok(c) => c,
         Err(e) => {
-            say!("reaper: {e}");
+            say!("reaper: {}", crate::advice::start_error(&e));
             super::guardian_done();
             return e.exit_code();
         }

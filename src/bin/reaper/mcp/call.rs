@@ -171,7 +171,10 @@ pub async fn run(
                 e @ reaper::Error::TooLarge { .. } => {
                     Ending::LaunchFailed(format!("failed to launch codex binary: {e}"))
                 }
-                m => Ending::NotContained(format!("reaper cannot contain this call: {m}")),
+                m => Ending::NotContained(format!(
+                    "reaper cannot contain this call: {}",
+                    crate::advice::start_error(&m)
+                )),
             };
             return Finished {
                 stream,
