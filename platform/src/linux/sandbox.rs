@@ -167,7 +167,7 @@ impl std::fmt::Display for StepError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "--sandbox: cannot {}: {}",
+            "the sandbox: cannot {}: {}",
             self.step.describe(),
             std::io::Error::from_raw_os_error(self.errno)
         )
