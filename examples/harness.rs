@@ -63,8 +63,17 @@ async fn main() -> ExitCode {
     print!("{}", String::from_utf8_lossy(&out));
     eprint!("{}", String::from_utf8_lossy(&err));
     println!(
-        "--- {}",
-        serde_json::to_string(&outcome).unwrap_or_default()
+        "--- {:?} after {:?}: {} killed, {} survived, {} had left the cgroup{}",
+        outcome.stop_reason,
+        outcome.duration,
+        outcome.killed,
+        outcome.survivors.len(),
+        outcome.escapees.len(),
+        outcome
+            .error
+            .as_ref()
+            .map(|e| format!("; {e}"))
+            .unwrap_or_default()
     );
     ExitCode::from(outcome.exit_code(false))
 }

@@ -65,7 +65,11 @@ async fn main() -> ExitCode {
         Err(e) => eprintln!("mcp_client: tools/list failed: {e}"),
     }
 
-    let tree: Vec<String> = server.members().iter().map(|p| p.label()).collect();
+    let tree: Vec<String> = server
+        .members()
+        .iter()
+        .map(|p| format!("{} (pid {})", p.comm, p.pid))
+        .collect();
     println!("the server's tree: {}", tree.join(", "));
     // Dropping the client closes the server's stdin; dropping `server` kills whatever is left
     // of its tree at once, whether or not the server honours the EOF.

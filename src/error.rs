@@ -1,6 +1,6 @@
 //! Why a run could not start: [`Error`], with the containment's own failure ([`ContainError`],
-//! matched by [`ContainErrorKind`]) and the sandbox's ([`SandboxError`]). Each says what failed,
-//! and `Display` says what to do about it.
+//! matched by [`ContainErrorKind`]) and the sandbox's ([`SandboxError`]). Each says what failed
+//! in the kernel's and the library's words; a face adds its own advice per kind.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -99,10 +99,9 @@ impl fmt::Display for Error {
             ),
             Error::Containment(e) => write!(f, "{e}"),
             Error::Sandbox(e) => write!(f, "{e}"),
-            Error::JoinFailed { program, .. } => write!(
-                f,
-                "cannot move '{program}' into its cgroup before exec; {RUN_DOCTOR}"
-            ),
+            Error::JoinFailed { program, .. } => {
+                write!(f, "cannot move '{program}' into its cgroup before exec")
+            }
             Error::NoPidfd { pid, source } => {
                 write!(f, "pidfd_open({pid}) failed: {source} (Linux 5.4+ needed)")
             }
@@ -125,7 +124,8 @@ impl std::error::Error for Error {
     }
 }
 
-/// What to do when containment fails: the one place that says it.
+/// What the containment's own messages say to do when it fails.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) const RUN_DOCTOR: &str = "run `reaper doctor`";
 
 /// What kind of containment failure a [`ContainError`] is.
@@ -308,41 +308,37 @@ impl fmt::Display for SandboxError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SandboxError::NotLinux => f.write_str(
-                "--sandbox needs Linux (user, mount, cgroup and PID namespaces, seccomp)",
+                "the sandbox needs Linux (user, mount, cgroup and PID namespaces, seccomp)",
             ),
             SandboxError::NeedsCgroupBackend { backend } => write!(
                 f,
-                "--sandbox needs the cgroup backend (its cgroup namespace is rooted at the run's \
-                 cgroup); this run has the {} backend: {RUN_DOCTOR}",
+                "the sandbox needs the cgroup backend (its cgroup namespace is rooted at the \
+                 run's cgroup); this run has the {} backend",
                 backend.as_str()
             ),
             SandboxError::NeedsClone3 { source: Some(e) } => write!(
                 f,
-                "--sandbox needs clone3(CLONE_INTO_CGROUP | CLONE_NEWUSER), which this kernel \
+                "the sandbox needs clone3(CLONE_INTO_CGROUP | CLONE_NEWUSER), which this kernel \
                  refused: {e}"
             ),
-            SandboxError::NeedsClone3 { source: None } => write!(
-                f,
-                "--sandbox needs clone3(CLONE_INTO_CGROUP), which is not used here \
-                 (REAPER_CLONE3=0, or a seccomp filter refused it earlier): {RUN_DOCTOR}"
+            SandboxError::NeedsClone3 { source: None } => f.write_str(
+                "the sandbox needs clone3(CLONE_INTO_CGROUP), which is not used here \
+                 (REAPER_CLONE3=0, or a seccomp filter refused it earlier)",
             ),
             SandboxError::CgroupRefused(e) => write!(
                 f,
-                "--sandbox: the kernel would not create the leader in the run's cgroup: {e}"
+                "the kernel would not create the sandbox's leader in the run's cgroup: {e}"
             ),
-            SandboxError::NoUnprivilegedUserNamespaces => write!(
-                f,
-                "--sandbox as a non-root user needs an unprivileged user namespace, which this \
+            SandboxError::NoUnprivilegedUserNamespaces => f.write_str(
+                "a sandbox of a non-root user needs an unprivileged user namespace, which this \
                  machine disables (user.max_user_namespaces is 0 or \
-                 kernel.unprivileged_userns_clone is 0): {RUN_DOCTOR}, enable them, or run \
-                 reaper as root"
+                 kernel.unprivileged_userns_clone is 0)",
             ),
-            SandboxError::Prepare(e) => write!(f, "--sandbox: cannot prepare the sandbox: {e}"),
+            SandboxError::Prepare(e) => write!(f, "cannot prepare the sandbox: {e}"),
             SandboxError::Stranger(e) => write!(
                 f,
-                "--sandbox: {e}: the sandbox's root is an unprivileged user on the host, and may \
-                 only use what any user may; declare the directory the program is in with \
-                 --sandbox-ro DIR (or --sandbox-rw DIR)"
+                "the sandbox: {e}: the sandbox's root is an unprivileged user on the host, and \
+                 may only use what any user may; declare the directory the program is in"
             ),
             #[cfg(target_os = "linux")]
             SandboxError::Step {
@@ -350,28 +346,40 @@ impl fmt::Display for SandboxError {
                 errno,
                 apparmor,
             } => {
-                let e = reaper_platform::linux::sandbox::StepError {
-                    step: *step,
-                    errno: *errno,
-                };
-                write!(f, "{e}")?;
-                if *step == SandboxStep::WorkingDirectory
-                    && matches!(*errno, libc::EACCES | libc::ENOENT)
-                {
-                    f.write_str(
-                        " (declare it: --sandbox-rw DIR; root's sandbox has a /tmp of its own)",
-                    )?;
+                write!(
+                    f,
+                    "the sandbox: cannot {}: {}",
+                    step.describe(),
+                    std::io::Error::from_raw_os_error(*errno)
+                )?;
+                if self.undeclared_directory() {
+                    f.write_str(" (declare it; root's sandbox has a /tmp of its own)")?;
                 }
                 if *apparmor {
-                    f.write_str(
-                        " (AppArmor restricts unprivileged user namespaces here: \
-                         kernel.apparmor_restrict_unprivileged_userns is 1; give reaper an \
-                         AppArmor profile with `userns`, or run it as root)",
-                    )?;
+                    f.write_str(APPARMOR)?;
                 }
                 Ok(())
             }
         }
+    }
+}
+
+/// Why a non-root sandbox's user namespace was refused, when AppArmor is the likely cause.
+#[cfg(target_os = "linux")]
+const APPARMOR: &str = " (AppArmor restricts unprivileged user namespaces here: \
+     kernel.apparmor_restrict_unprivileged_userns is 1; give reaper an AppArmor profile with \
+     `userns`, or run it as root)";
+
+impl SandboxError {
+    /// The working directory could not be entered in the sandbox (EACCES, ENOENT): it must be
+    /// declared.
+    pub fn undeclared_directory(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if let SandboxError::Step { step, errno, .. } = self {
+            return *step == SandboxStep::WorkingDirectory
+                && matches!(*errno, libc::EACCES | libc::ENOENT);
+        }
+        false
     }
 }
 

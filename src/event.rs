@@ -1,87 +1,85 @@
-//! Lifecycle events: every transition of a run, as it happens. The CLI prints them with
-//! `--events`; other faces turn them into their own messages.
+//! Lifecycle events: every transition of a run, as it happens, for a face to turn into its
+//! own messages.
 
+use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use serde::Serialize;
+use crate::{BackendKind, Escapee, ExitStatus, Process, Signal, Usage};
 
-/// One transition of a run. Serialized with `"event"` naming the variant in kebab-case
-/// (`{"event":"spawned","pid":…}`), the form `--events` prints.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "event", rename_all = "kebab-case")]
+/// One transition of a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Event {
     /// The leader runs, inside its containment.
     Spawned {
         /// The leader's pid.
         pid: i32,
-        /// The containment in use (`cgroup`, `subreaper`, `pgid`).
-        backend: &'static str,
+        /// The containment in use.
+        backend: BackendKind,
         /// The run cgroup, for the cgroup backend.
-        cgroup: Option<String>,
+        cgroup: Option<PathBuf>,
     },
     /// The leader was reaped.
     LeaderExited {
-        /// Its exit code, when it exited.
-        code: Option<i32>,
-        /// The signal that killed it (`TERM`), when one did.
-        signal: Option<String>,
+        /// Its wait status; `None` when it could not be waited for.
+        status: Option<ExitStatus>,
     },
     /// The wall-clock limit passed.
     Timeout {
-        /// The limit, in milliseconds.
-        after_ms: u64,
+        /// The limit.
+        after: Duration,
     },
-    /// The client asked the run to stop (an MCP cancel). `check`'s interrupt is not one: it
-    /// is the check's own signal to the leader, after which the run goes on.
+    /// The caller asked the run to stop ([`crate::supervise::Request::Cancel`]). A check's
+    /// interrupt is not one: it is the check's own signal to the leader, after which the run
+    /// goes on.
     CancelRequested,
-    /// reaper's parent died (`--die-with-parent`).
+    /// This process's parent died ([`crate::supervise::Request::ParentDied`]).
     ParentDied,
-    /// Another process asked for the run's end through its control socket: `reaper stop`
-    /// (the plan's stop sequence), or with `kill`, `reaper kill` (SIGKILL for the whole tree).
+    /// Another process asked for the run's end through its control socket
+    /// ([`crate::runs::end`]): the plan's stop sequence, or with `kill`, SIGKILL for the whole
+    /// tree.
     EndRequested {
         /// SIGKILL at once rather than the stop sequence.
         kill: bool,
     },
-    /// reaper's stdin reached EOF or its writer hung up (`--on-stdin-eof`); CMD's stdin is
-    /// closed once what was sent has been relayed.
+    /// This process's stdin reached EOF or its writer hung up
+    /// ([`crate::supervise::Request::StdinEof`]).
     StdinEof,
-    /// reaper itself got a signal.
+    /// This process got a signal that stops the run.
     ReaperSignalled {
-        /// Its name (`INT`).
-        signal: String,
+        /// The signal.
+        signal: Signal,
     },
-    /// A signal went to `n` processes of the run (`via`: pidfd or cgroup.kill).
+    /// A signal went to `n` processes of the run.
     Signalled {
-        /// The signal's name (`TERM`).
-        signal: String,
+        /// The signal.
+        signal: Signal,
         /// How many processes it went to.
         n: usize,
-        /// `pidfd` or `cgroup.kill`.
+        /// How: `pidfd` or `cgroup.kill`.
         via: &'static str,
     },
-    /// Init mode: a signal reaper got was passed on to `n` processes (the leader, or the whole
-    /// tree with `--forward-to tree`) without stopping the run.
+    /// A signal this process got was passed on to `n` processes (the leader, or the whole
+    /// tree, as the plan's `forward_to` says) without stopping the run.
     Forwarded {
-        /// The signal's name.
-        signal: String,
+        /// The signal.
+        signal: Signal,
         /// How many processes it went to.
         n: usize,
     },
     /// No live process is left in the run.
     TreeEmpty,
-    /// The run is over: how many processes were killed, and what could not be; `escapees`:
-    /// the processes of the run that had left its cgroup (see `Outcome::escapees`).
+    /// The run is over: how many processes were killed, and what could not be.
     Reaped {
-        /// As `Outcome::killed`.
+        /// As [`crate::Outcome::killed`].
         killed: usize,
-        /// As `Outcome::survivors`: must be empty.
-        survivors: Vec<String>,
-        /// As `Outcome::escapees`.
-        escapees: Vec<String>,
+        /// As [`crate::Outcome::survivors`]: must be empty.
+        survivors: Vec<Process>,
+        /// As [`crate::Outcome::escapees`].
+        escapees: Vec<Escapee>,
         /// What the limits did and the run's CPU time (cgroup backend only).
-        #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<crate::limits::Usage>,
+        usage: Option<Usage>,
     },
 }
 

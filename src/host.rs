@@ -2,28 +2,30 @@
 //! by trying (a run cgroup really created and removed, a leader really started in the sandbox,
 //! which tries each route out of its cgroup).
 
-use serde::Serialize;
+use std::path::PathBuf;
 
 use crate::containment::{select, BackendKind};
+use crate::ContainError;
 
 #[cfg(target_os = "linux")]
 use crate::containment::cgroup::{create, delegate, limits, place, CgroupBackend};
 #[cfg(target_os = "linux")]
 use crate::containment::Backend;
 
-/// Everything `reaper doctor` reports, found by trying.
-#[derive(Debug, Default, Serialize)]
-pub struct Report {
+/// Everything [`diagnose`] found, by trying.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Findings {
     /// The kernel release (`uname -r`).
     pub kernel: String,
-    /// `unified` (pure v2), `hybrid` (v1 controllers + v2), or `none`.
-    pub cgroup_mode: &'static str,
+    /// How cgroups are mounted; `None`: no cgroup2 found.
+    pub cgroup_mode: Option<CgroupMode>,
     /// Where cgroup2 is mounted.
-    pub cgroup2_mount: Option<String>,
+    pub cgroup2_mount: Option<PathBuf>,
     /// This process's cgroup, as `/proc/self/cgroup` names it.
     pub own_cgroup: Option<String>,
     /// The same, as a directory.
-    pub own_cgroup_dir: Option<String>,
+    pub own_cgroup_dir: Option<PathBuf>,
     /// Under systemd: what asking the service manager for a delegated scope did.
     pub delegation: Option<String>,
     /// The delegated unit run cgroups are created in, when there is one.
@@ -32,20 +34,23 @@ pub struct Report {
     pub controllers: Vec<String>,
     /// The controllers enabled for its children.
     pub subtree_control: Vec<String>,
-    /// The controllers reaper can use for limits here (`memory` for --memory-max, `pids` for
-    /// --pids-max, `cpu` for --cpus).
+    /// The controllers a run's limits can use here (`memory`, `pids`, `cpu`).
     pub limit_controllers: Vec<String>,
     /// Why the others cannot be used.
-    pub limits_error: Option<String>,
+    pub limits_error: Option<ContainError>,
     /// Whether a run cgroup could be created (and was removed again).
     pub cgroup_writable: bool,
+    /// Why no run cgroup could be created.
+    pub cgroup_error: Option<ContainError>,
+    /// The test cgroup could not be removed.
+    pub release_error: Option<ContainError>,
     /// Whether `cgroup.kill` exists (Linux 5.14).
     pub cgroup_kill: bool,
     /// Whether leaders can be created inside their cgroup (`clone3(CLONE_INTO_CGROUP)`);
     /// otherwise they join through `cgroup.procs`, ~10 ms slower per run.
     pub clone_into_cgroup: bool,
-    /// Why no run cgroup could be created.
-    pub cgroup_error: Option<String>,
+    /// What the kernel said to `clone3(CLONE_INTO_CGROUP)`, when it refused.
+    pub clone_into_cgroup_error: Option<String>,
     /// Whether pidfds work (Linux 5.3).
     pub pidfd: bool,
     /// Whether this process may become a child subreaper (asked of a forked child: this
@@ -53,34 +58,38 @@ pub struct Report {
     pub subreaper: bool,
     /// Whether the pgid backend can read the process table here.
     pub pgid: bool,
-    /// Where it reads it from.
+    /// Where it reads it from, when there is one.
     pub pgid_table: Option<String>,
-    /// Without a run cgroup: what tells `subreaper` and `pgid` apart, to choose between them.
-    pub without_cgroup: Option<String>,
-    /// The backend `--containment auto` picks here.
-    pub auto_backend: &'static str,
-    /// Why it picks that one.
-    pub why: String,
-    /// macOS: what the pgid backend, the only one there, does not contain.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub limits: Option<String>,
+    /// Why there is no process table (`pgid_table` is `None`), or why it cannot be read.
+    pub pgid_error: Option<String>,
+    /// `/proc` shows another PID namespace than this process's.
+    pub foreign_proc: bool,
+    /// The backend [`crate::Containment::Auto`] picks here; `None`: no backend works.
+    pub auto_backend: Option<BackendKind>,
     /// Signs of a container, and what containment they leave.
     pub container: Container,
-    /// Which parts of `--sandbox` this machine allows (Linux).
-    pub sandbox: SandboxReport,
-    /// What to do to get more containment here.
-    pub hints: Vec<String>,
+    /// Which parts of the sandbox this machine allows (Linux).
+    pub sandbox: SandboxFindings,
 }
 
-/// `--sandbox` here: a leader really started in it, in a run cgroup, as a run would.
-#[derive(Debug, Default, Serialize)]
-pub struct SandboxReport {
-    /// `--sandbox` works.
+/// How cgroups are mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupMode {
+    /// cgroup v2 alone.
+    Unified,
+    /// cgroup v1 controllers beside cgroup v2.
+    Hybrid,
+}
+
+/// The sandbox here: a leader really started in it, in a run cgroup, as a run would.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct SandboxFindings {
+    /// The sandbox works.
     pub available: bool,
-    /// `--sandbox=pid` works.
+    /// The sandbox with a PID namespace works.
     pub pid_available: bool,
-    /// Each part, in the order the leader sets them up: `yes`, `no: WHY`, or `untested` (an
-    /// earlier part failed).
+    /// Each part, in the order the leader sets them up.
     pub parts: Vec<SandboxPart>,
     /// Whether an unprivileged process may create a user namespace (not part of the sandbox:
     /// inside it the command may still make one, and finds the cgroup file system locked
@@ -93,50 +102,101 @@ pub struct SandboxReport {
     pub nsdelegate: bool,
 }
 
-/// One way out of the run's cgroup, and what the kernel said when the probe tried it.
-#[derive(Debug, Serialize)]
-pub struct SandboxRoute {
-    /// The route (`clone3(CLONE_INTO_CGROUP)`).
-    pub route: &'static str,
-    /// The kernel refused it.
-    pub closed: bool,
-    /// `closed (WHY)`, or `OPEN`.
-    pub status: String,
-}
-
 /// One part of the sandbox, and whether this machine allows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug)]
 pub struct SandboxPart {
     /// The part (`user namespace`).
     pub part: &'static str,
-    /// `yes`, `no: WHY`, or `untested`.
-    pub status: String,
+    /// What trying it found.
+    pub status: PartStatus,
+}
+
+/// What trying one part of the sandbox found.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum PartStatus {
+    /// It works.
+    Works,
+    /// The kernel refused a step of it.
+    #[cfg(target_os = "linux")]
+    Refused {
+        /// The step.
+        step: crate::SandboxStep,
+        /// Its errno.
+        errno: i32,
+    },
+    /// It could not be tried (the clone itself failed, or the cgroup2 mount's path has a NUL
+    /// byte).
+    Failed(String),
+    /// An earlier part failed.
+    Untested,
+    /// Not tried: the probe needs `clone3(CLONE_INTO_CGROUP)`.
+    NeedsClone3,
+    /// Not tried: the sandbox needs the cgroup backend.
+    NeedsCgroupBackend,
+}
+
+/// One way out of the run's cgroup, and what the kernel said when the probe tried it.
+#[derive(Debug)]
+pub struct SandboxRoute {
+    /// The route (`clone3(CLONE_INTO_CGROUP)`).
+    pub route: &'static str,
+    /// What the probe found.
+    pub status: RouteStatus,
+}
+
+/// What the kernel said to one route out of the run's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RouteStatus {
+    /// The route works: the sandbox leaves it open.
+    Open,
+    /// The self-check did not say (counted as open).
+    Unknown,
+    /// This kernel has no such route.
+    Absent,
+    /// Refused with `errno`, by what `by` names (`seccomp`, `read-only mount, unprivileged
+    /// root`).
+    Closed {
+        /// What closes it.
+        by: &'static str,
+        /// The kernel's errno.
+        errno: i32,
+    },
+}
+
+impl RouteStatus {
+    /// The kernel refused the route, or has none.
+    pub fn is_closed(self) -> bool {
+        matches!(self, RouteStatus::Absent | RouteStatus::Closed { .. })
+    }
 }
 
 /// What a container changes for reaper (Linux).
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct Container {
-    /// reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process left
-    /// in the namespace, so the namespace itself contains the tree.
+    /// This process is PID 1 of its PID namespace: when it exits, the kernel kills every
+    /// process left in the namespace, so the namespace itself contains the tree.
     pub pid1: bool,
     /// In a PID namespace other than the machine's.
     pub pid_namespace: bool,
-    /// In a cgroup namespace other than the machine's (`--cgroupns=private`).
+    /// In a cgroup namespace other than the machine's.
     pub cgroup_namespace: bool,
     /// The cgroup2 file system is mounted read-only (Docker's and Kubernetes' default).
     pub cgroupfs_read_only: bool,
 }
 
-#[cfg(target_os = "linux")]
+/// Finds what containment works here, by trying: what [`Findings`] lists.
 ///
 /// Under systemd it asks for a delegated scope as a run would (the scope ends when this process
 /// exits). `guardian`: the one to tell about the probe's cgroup, so that a process killed
 /// during the probe leaves none (as a run's would). Call it outside any tokio runtime: it makes
 /// its own for the delegation.
-pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian>) -> Report {
-    let mut r = Report {
+#[cfg(target_os = "linux")]
+pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian>) -> Findings {
+    let mut r = Findings {
         kernel: kernel(),
-        cgroup_mode: "none",
         ..Default::default()
     };
     let me = rustix::process::getpid();
@@ -149,14 +209,10 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
             r.pgid_table = Some(t.name().to_owned());
             match t.snapshot() {
                 Ok(_) => r.pgid = r.pidfd,
-                Err(e) => r.hints.push(format!(
-                    "the pgid backend cannot read the process table: {e}"
-                )),
+                Err(e) => r.pgid_error = Some(e.to_string()),
             }
         }
-        Err(e) => r
-            .hints
-            .push(format!("the pgid backend has no process table here: {e}")),
+        Err(e) => r.pgid_error = Some(e.to_string()),
     }
     // As a run would: under systemd, first a delegated scope of reaper's own.
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -178,12 +234,16 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
         Err(e) => Some(format!("cannot start the async runtime: {e}")),
     };
     match place::discover() {
-        Err(e) => r.cgroup_error = Some(e.to_string()),
+        Err(e) => r.cgroup_error = Some(e),
         Ok(env) => {
-            r.cgroup_mode = if env.hybrid { "hybrid" } else { "unified" };
-            r.cgroup2_mount = Some(env.mount.mount_point.display().to_string());
+            r.cgroup_mode = Some(if env.hybrid {
+                CgroupMode::Hybrid
+            } else {
+                CgroupMode::Unified
+            });
+            r.cgroup2_mount = Some(env.mount.mount_point.clone());
             r.own_cgroup = Some(env.own_path.clone());
-            r.own_cgroup_dir = Some(env.own_dir.display().to_string());
+            r.own_cgroup_dir = Some(env.own_dir.clone());
             let own = reaper_platform::linux::cgroup::Cgroup::at(&env.own_dir);
             r.controllers = own.controllers().unwrap_or_default();
             r.subtree_control = own.subtree_control().unwrap_or_default();
@@ -209,87 +269,45 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
                     r.cgroup_kill = b.cgroup().has_kill();
                     match crate::containment::spawn::probe_clone3(b.dir_fd()) {
                         Ok(()) => r.clone_into_cgroup = true,
-                        Err(e) => r.hints.push(format!(
-                            "clone3(CLONE_INTO_CGROUP) {e} (Linux 5.7+, not filtered by seccomp): leaders join through cgroup.procs instead, ~10 ms slower per run"
-                        )),
+                        Err(e) => r.clone_into_cgroup_error = Some(e.to_string()),
                     }
                     if r.clone_into_cgroup {
                         r.sandbox =
                             probe_sandbox(b.dir_fd(), &env.mount.mount_point.display().to_string());
                     }
                     if let Err(e) = b.release() {
-                        r.hints
-                            .push(format!("could not remove the test cgroup: {e}"));
+                        r.release_error = Some(e);
                     }
                 }
-                // doctor is what the hint would send the user to: the message without it.
-                Err(e) => r.cgroup_error = Some(e.what().to_owned()),
+                Err(e) => r.cgroup_error = Some(e),
             }
         }
     }
     container(&mut r);
+    r.foreign_proc = reaper_platform::linux::procfs::is_foreign();
     r.sandbox.unprivileged_user_namespaces =
         reaper_platform::linux::namespaces::unprivileged_userns();
     r.sandbox.nsdelegate = std::fs::read_to_string("/proc/self/mountinfo")
         .is_ok_and(|mi| reaper_platform::linux::mountinfo::cgroup2_nsdelegate(&mi));
     if r.sandbox.parts.is_empty() {
-        let why = if r.cgroup_writable {
-            "no: needs clone3(CLONE_INTO_CGROUP) to probe (--sandbox without =pid may still work)"
-        } else {
-            "no: needs the cgroup backend (the cgroup namespace is rooted at the run's cgroup)"
-        };
         r.sandbox.parts = SANDBOX_PARTS
             .iter()
             .map(|&part| SandboxPart {
                 part,
-                status: why.into(),
+                status: if r.cgroup_writable {
+                    PartStatus::NeedsClone3
+                } else {
+                    PartStatus::NeedsCgroupBackend
+                },
             })
             .collect();
     }
-    if !r.sandbox.available && rustix::process::geteuid().is_root() {
-        r.hints.push(
-            "--sandbox is impossible here (see `sandbox`): a root command can leave its run's \
-             cgroup with one write to a cgroup.procs, and `reaper run` reports it as an escapee \
-             at best"
-                .into(),
-        );
-    }
-    let auto = select::auto_choice(select::Found {
+    r.auto_backend = select::auto_choice(select::Found {
         run_cgroup: r.cgroup_writable,
         subreaper: r.subreaper,
         pidfd: r.pidfd,
         pgid: r.pgid,
     });
-    r.auto_backend = auto.map_or("none", BackendKind::as_str);
-    // The words for each choice (display only: the choice is selection's).
-    if auto == Some(BackendKind::Cgroup) {
-        r.why = format!(
-            "run cgroups can be created under {} ({} cgroup2 at {})",
-            r.own_cgroup_dir.as_deref().unwrap_or("?"),
-            r.cgroup_mode,
-            r.cgroup2_mount.as_deref().unwrap_or("?")
-        );
-        if !r.cgroup_kill {
-            r.hints.push("cgroup.kill is missing (Linux < 5.14): reaper kills each process through its pidfd instead, which a fork storm can outrun for a moment".into());
-        }
-    } else if auto == Some(BackendKind::Subreaper) {
-        r.without_cgroup = Some(without_cgroup(r.pgid));
-        r.why = format!(
-            "no run cgroup: {}",
-            r.cgroup_error.as_deref().unwrap_or("pidfd unavailable")
-        );
-        r.hints.push(if r.cgroup_mode == "none" {
-            "mount cgroup2 (mount -t cgroup2 none /sys/fs/cgroup) to get the cgroup backend".into()
-        } else {
-            format!(
-                "to get the cgroup backend, give reaper a writable cgroup: run it in a delegated cgroup (systemd-run --user --scope -p Delegate=yes reaper …), or pass --cgroup-parent / REAPER_CGROUP_PARENT a cgroup you may write under {}",
-                r.cgroup2_mount.as_deref().unwrap_or("the cgroup2 mount")
-            )
-        });
-    } else {
-        r.why = "neither a writable cgroup nor pidfds/subreaper are available".into();
-        r.hints.push("reaper needs Linux 5.3+ (pidfd_open)".into());
-    }
     r
 }
 
@@ -455,7 +473,7 @@ impl SelfCheck {
 /// Starts a leader in the whole sandbox, then in the sandbox with a PID namespace, and says
 /// which part the kernel refused; the first one tries every route out from inside.
 #[cfg(target_os = "linux")]
-fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxReport {
+fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxFindings {
     use crate::containment::spawn::{probe_sandbox, ProbeError};
     use reaper_platform::linux::sandbox::Step;
     let part_of = |s: Step| match s {
@@ -471,41 +489,44 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
         Step::ProcMount => 9,
     };
     let pid_part = SANDBOX_PARTS.len() - 1;
-    let mut status: Vec<String> = vec!["untested".into(); SANDBOX_PARTS.len()];
-    let mut r = SandboxReport::default();
+    let mut status: Vec<PartStatus> = SANDBOX_PARTS.iter().map(|_| PartStatus::Untested).collect();
+    let works = |status: &mut [PartStatus]| status.iter_mut().for_each(|s| *s = PartStatus::Works);
+    let mut r = SandboxFindings::default();
     let Some(check) = SelfCheck::new(cg2) else {
-        status[0] = "no: a NUL byte in the cgroup2 mount's path".into();
+        status[0] = PartStatus::Failed("a NUL byte in the cgroup2 mount's path".into());
         r.parts = parts(status);
         return r;
     };
     match probe_sandbox(cgroup, false, &|| check.run()) {
         Ok(out) => {
             r.available = true;
-            status[..pid_part].fill("yes".into());
+            works(&mut status[..pid_part]);
             r.routes = routes(&out);
         }
         Err(ProbeError::Sandbox(e)) => {
             let k = part_of(e.step);
-            status[..k].fill("yes".into());
-            status[k] = if matches!(e.step, Step::UserNamespace | Step::UserMaps) {
-                format!("no: {e}")
-            } else {
-                format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
+            works(&mut status[..k]);
+            status[k] = PartStatus::Refused {
+                step: e.step,
+                errno: e.errno,
             };
         }
-        Err(ProbeError::Other(m)) => status[0] = format!("no: {m}"),
+        Err(ProbeError::Other(m)) => status[0] = PartStatus::Failed(m.to_string()),
     }
     if r.available {
         match probe_sandbox(cgroup, true, &|| 0) {
             Ok(_) => {
                 r.pid_available = true;
-                status[pid_part] = "yes".into();
+                status[pid_part] = PartStatus::Works;
             }
             Err(ProbeError::Sandbox(e)) => {
-                status[pid_part] = format!("no: {}", std::io::Error::from_raw_os_error(e.errno))
+                status[pid_part] = PartStatus::Refused {
+                    step: e.step,
+                    errno: e.errno,
+                }
             }
             // The clone itself (CLONE_NEWPID) was refused.
-            Err(ProbeError::Other(m)) => status[pid_part] = format!("no: {m}"),
+            Err(ProbeError::Other(m)) => status[pid_part] = PartStatus::Failed(m.to_string()),
         }
     }
     r.parts = parts(status);
@@ -513,7 +534,7 @@ fn probe_sandbox(cgroup: std::os::fd::BorrowedFd<'_>, cg2: &str) -> SandboxRepor
 }
 
 #[cfg(target_os = "linux")]
-fn parts(status: Vec<String>) -> Vec<SandboxPart> {
+fn parts(status: Vec<PartStatus>) -> Vec<SandboxPart> {
     SANDBOX_PARTS
         .iter()
         .zip(status)
@@ -548,37 +569,30 @@ fn routes(out: &[u8]) -> Vec<SandboxRoute> {
         .enumerate()
         .map(|(i, (&(route, because), errno))| {
             let status = if !whole {
-                "OPEN (the self-check did not say)".to_owned()
+                RouteStatus::Unknown
             } else if errno == 0 {
-                "OPEN".to_owned()
+                RouteStatus::Open
             } else if i == 5 && errno == libc::ENOENT {
-                "closed (not on this kernel)".to_owned()
+                RouteStatus::Absent
             } else {
                 // The last route is closed by the user namespace only if there is one.
-                let because = if i == 3 && v.userns == own_userns {
+                let by = if i == 3 && v.userns == own_userns {
                     "capabilities"
                 } else if i == 4 && !rustix::process::geteuid().is_root() {
                     "the user's own ids"
                 } else {
                     because
                 };
-                format!(
-                    "closed ({because}: {})",
-                    reaper_platform::errno::strerror(&std::io::Error::from_raw_os_error(errno))
-                )
+                RouteStatus::Closed { by, errno }
             };
-            SandboxRoute {
-                route,
-                closed: status.starts_with("closed"),
-                status,
-            }
+            SandboxRoute { route, status }
         })
         .collect()
 }
 
-/// Signs of a container, what containment they leave, and what the user can change.
+/// Signs of a container.
 #[cfg(target_os = "linux")]
-fn container(r: &mut Report) {
+fn container(r: &mut Findings) {
     use reaper_platform::linux::namespaces;
     let c = &mut r.container;
     c.pid1 = namespaces::is_pid1();
@@ -587,45 +601,12 @@ fn container(r: &mut Report) {
     c.cgroupfs_read_only = r
         .cgroup2_mount
         .as_deref()
-        .is_some_and(|m| namespaces::read_only(std::path::Path::new(m)).unwrap_or(false));
-    if c.cgroupfs_read_only {
-        r.hints.push(
-            "the cgroup file system is mounted read-only (a container's default): to get the \
-             cgroup backend, run the container with a writable cgroup of its own (Docker: \
-             --cgroupns=private with a writable /sys/fs/cgroup, or a delegated cgroup); or use \
-             --containment pgid to run concurrent `reaper mcp` calls side by side"
-                .into(),
-        );
-    }
-    if reaper_platform::linux::procfs::is_foreign() {
-        r.hints.push(
-            "/proc shows another PID namespace than reaper's (entered without a /proc of its \
-             own): the subreaper and pgid backends refuse to run here; mount a /proc for this \
-             namespace (`unshare --pid --fork --mount-proc`; container runtimes do)"
-                .into(),
-        );
-    }
-    if c.pid1 {
-        r.hints.push(
-            "reaper is PID 1 of its PID namespace: when it exits, the kernel kills every process \
-             left in the namespace, so nothing started inside outlives the container's reaper \
-             whatever the backend; `reaper run` acts as the container's init (signals: \
-             docs/containers.md)"
-                .into(),
-        );
-    } else if c.pid_namespace && !r.cgroup_writable {
-        r.hints.push(
-            "in a PID namespace (a container?) without a writable cgroup: run reaper as the \
-             container's PID 1 (ENTRYPOINT [\"reaper\", \"run\", \"--\", …]) so the namespace \
-             itself contains the tree"
-                .into(),
-        );
-    }
+        .is_some_and(|m| namespaces::read_only(m).unwrap_or(false));
 }
 
 /// Which limits would work, as a run would check them (nothing is enabled).
 #[cfg(target_os = "linux")]
-fn limit_controllers(r: &mut Report, env: &place::CgroupEnv, p: &place::Placement) {
+fn limit_controllers(r: &mut Findings, env: &place::CgroupEnv, p: &place::Placement) {
     use crate::Limits;
     let one = [
         Limits {
@@ -656,17 +637,15 @@ fn limit_controllers(r: &mut Report, env: &place::CgroupEnv, p: &place::Placemen
         }
     }
     // The reasons repeat per controller when they are the host's: one suffices.
-    r.limits_error = errors.into_iter().next().map(|e| e.to_string());
+    r.limits_error = errors.into_iter().next();
 }
 
 /// macOS: no cgroups, no child subreaper, no pidfd. The pgid backend is the one there is, if
 /// `/bin/ps` can list the processes.
 #[cfg(not(target_os = "linux"))]
-pub fn diagnose(_delegation: crate::Delegation, _guardian: Option<&crate::Guardian>) -> Report {
-    let mut r = Report {
+pub fn diagnose(_delegation: crate::Delegation, _guardian: Option<&crate::Guardian>) -> Findings {
+    let mut r = Findings {
         kernel: kernel(),
-        cgroup_mode: "none",
-        auto_backend: "none",
         ..Default::default()
     };
     match reaper_platform::process::table() {
@@ -674,54 +653,16 @@ pub fn diagnose(_delegation: crate::Delegation, _guardian: Option<&crate::Guardi
             r.pgid_table = Some(t.name().to_owned());
             match t.snapshot() {
                 Ok(_) => r.pgid = true,
-                Err(e) => r.why = format!("the pgid backend cannot read the process table: {e}"),
+                Err(e) => r.pgid_error = Some(e.to_string()),
             }
         }
-        Err(e) => r.why = format!("the pgid backend has no process table here: {e}"),
+        Err(e) => r.pgid_error = Some(e.to_string()),
     }
-    let auto = select::auto_choice(select::Found {
+    r.auto_backend = select::auto_choice(select::Found {
         pgid: r.pgid,
         ..Default::default()
     });
-    r.auto_backend = auto.map_or("none", BackendKind::as_str);
-    if auto.is_some() {
-        r.why = "macOS has no cgroups and no child subreaper: the leader gets a process group \
-                 of its own, and the process table (/bin/ps) is read every --poll (50ms) to \
-                 follow every process group and session the tree enters"
-            .into();
-        r.limits = Some(
-            "a process that double-forks and calls setsid() between two reads of the table \
-             escapes, and `reaper check` cannot report it either (shorter --poll makes that \
-             rarer and costs CPU); if reaper itself is SIGKILLed the tree lives on (no \
-             guardian without cgroups); signals go to pids whose start time was checked just \
-             before (macOS has no pidfd)"
-                .into(),
-        );
-    } else {
-        r.hints
-            .push("reaper lists processes with /bin/ps; check that it runs".into());
-    }
     r
-}
-
-/// Without a run cgroup: what tells the subreaper and pgid backends apart (both contain a
-/// setsid() escapee; they differ in what they cannot do). `pgid`: the process table can be
-/// read here.
-#[cfg(target_os = "linux")]
-pub fn without_cgroup(pgid: bool) -> String {
-    let mut s = "subreaper (what auto picks) catches every orphan of the tree, however fast it \
-                 escapes, but treats all of reaper's runs as one tree: concurrent `reaper mcp` \
-                 calls stop each other's processes, so mcp runs them one at a time"
-        .to_owned();
-    if pgid {
-        s.push_str(
-            "; --containment pgid follows each run's own tree by process group and session, \
-             reading the process table every --poll (50ms), so concurrent calls stay apart, but \
-             with several runs at once a process that double-forks and calls setsid() between \
-             two reads escapes (with a single run reaper's subreaper adoption catches it too)",
-        );
-    }
-    s
 }
 
 fn kernel() -> String {

@@ -97,7 +97,7 @@ pub use event::{Event, EventSink};
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
 pub use options::{ContainOptions, Containment, Delegation, Sandbox, SandboxAccess};
-pub use outcome::{status_parts, ExitStatus, Outcome, StopReason};
+pub use outcome::{ExitStatus, Outcome, StopReason, TeardownError};
 pub use process::{BackendKind, Escapee, Identity, Process};
 pub use reaper_platform::Signal;
 

@@ -31,8 +31,10 @@ impl Limits {
         self.memory_max.is_none() && self.pids_max.is_none() && self.cpus.is_none()
     }
 
-    /// The controllers these limits need, each with the flag that needs it.
-    pub fn controllers(&self) -> Vec<(&'static str, &'static str)> {
+    /// The controllers these limits need, each with the `reaper` binary's flag that sets it
+    /// (for the containment's messages).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn controllers(&self) -> Vec<(&'static str, &'static str)> {
         let mut v = Vec::new();
         if self.memory_max.is_some() {
             v.push(("memory", "--memory-max"));
@@ -47,13 +49,13 @@ impl Limits {
     }
 
     /// The flags given, for messages: `--memory-max and --cpus`.
-    pub fn flags(&self) -> String {
+    pub(crate) fn flags(&self) -> String {
         and(self.controllers().iter().map(|(_, f)| *f))
     }
 
     /// `cpu.max`'s content: `QUOTA PERIOD`.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub fn cpu_max(cpus: f64) -> String {
+    pub(crate) fn cpu_max(cpus: f64) -> String {
         let quota = (cpus * CPU_PERIOD_USEC as f64).round() as u64;
         format!("{quota} {CPU_PERIOD_USEC}")
     }

@@ -1,9 +1,14 @@
 //! How a run ended: the leader's status, why the run stopped, what was killed, what survived.
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 pub use reaper_platform::ExitStatus;
 use reaper_platform::{signal, Signal};
+
+use crate::{BackendKind, ContainError, Escapee, Limits, Process, Usage};
 
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -38,64 +43,54 @@ pub enum StopReason {
     Killed,
 }
 
-/// How a run ended, and what ending it took: what `reaper run --json` prints and
-/// `Child::wait` returns.
-#[derive(Debug, Clone, Serialize)]
+/// How a run ended, and what ending it took: what `Child::wait` returns.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Outcome {
     /// The command line that was run.
     pub argv: Vec<String>,
-    /// The containment used (`cgroup`, `subreaper`, `pgid`).
-    pub backend: &'static str,
+    /// The containment the run got.
+    pub backend: BackendKind,
     /// The run cgroup, for the cgroup backend (removed by the time the run is over).
-    pub cgroup: Option<String>,
+    pub cgroup: Option<PathBuf>,
     /// Under systemd: the delegated scope (or unit) the run cgroup lives in.
     pub scope: Option<String>,
     /// The leader's pid.
     pub leader_pid: i32,
-    /// The leader's exit code, when it exited.
-    pub exit_code: Option<i32>,
-    /// The signal that killed the leader (`TERM`), when one did.
-    pub signal: Option<String>,
+    /// The leader's wait status, when it was reaped.
+    pub leader_status: Option<ExitStatus>,
     /// Why the run ended.
     pub stop_reason: StopReason,
-    /// The signal reaper received, for `stop_reason: signal`.
-    pub received_signal: Option<String>,
+    /// The signal this process received, for [`StopReason::Signal`].
+    pub received_signal: Option<Signal>,
     /// From spawn to the end of teardown.
-    pub duration_ms: u64,
-    /// From spawn to the leader's exit.
-    pub leader_ms: Option<u64>,
+    pub duration: Duration,
+    /// From spawn to the leader's exit, when it exited.
+    pub leader_ran: Option<Duration>,
     /// From the stop request to an empty tree.
-    pub teardown_ms: u64,
+    pub teardown: Duration,
     /// Processes a stop ended (the leader included, when it was still running): each alive
     /// when the stop began or killed after, and gone by the end; never one of `survivors`.
     pub killed: usize,
-    /// Processes still alive after teardown, as `comm (pid N)`: must be empty.
-    pub survivors: Vec<String>,
-    /// Processes of the run that had left its cgroup, as `comm (pid N): moved out of the
-    /// cgroup to /PATH`; stopped like the rest (and counted in `killed`, or in `survivors`).
-    pub escapees: Vec<String>,
-    /// What went wrong in reaper itself, for `stop_reason: error`.
-    pub error: Option<String>,
-    /// The guardian process that would have cleaned up had reaper been killed.
+    /// Processes still alive after teardown: must be empty.
+    pub survivors: Vec<Process>,
+    /// Processes of the run that had left its cgroup; stopped like the rest (and counted in
+    /// `killed`, or in `survivors`).
+    pub escapees: Vec<Escapee>,
+    /// What went wrong in ending the run, for [`StopReason::Error`].
+    pub error: Option<TeardownError>,
+    /// The guardian process that would have cleaned up had this process been killed.
     pub guardian_pid: Option<i32>,
-    /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
-    pub limits: Option<crate::limits::Limits>,
+    /// The limits set on the run, if any.
+    pub limits: Option<Limits>,
     /// What the limits did and the run's CPU time (cgroup backend only).
-    pub usage: Option<crate::limits::Usage>,
-    /// The leader's wait status, when it was reaped.
-    #[serde(skip)]
-    pub leader_status: Option<ExitStatus>,
+    pub usage: Option<Usage>,
 }
 
 impl Outcome {
-    /// Records the leader's wait status, and the exit code and signal it gives.
-    pub fn set_leader_status(&mut self, st: Option<ExitStatus>) {
-        self.leader_status = st;
-        (self.exit_code, self.signal) = status_parts(st);
-    }
-
     /// Exit status, like timeout(1): the leader's code, 128+N for death by signal N, 124 on
-    /// timeout unless `preserve_status`, 125 when reaper itself failed (including survivors).
+    /// timeout unless `preserve_status`, 125 when the run could not be ended cleanly
+    /// (including survivors).
     pub fn exit_code(&self, preserve_status: bool) -> u8 {
         if self.stop_reason == StopReason::Error || !self.survivors.is_empty() {
             return 125;
@@ -113,34 +108,60 @@ impl Outcome {
             None => 125,
         }
     }
+}
 
-    /// Python's `returncode` of the leader, once it was reaped.
-    pub fn returncode(&self) -> Option<i64> {
-        self.leader_status.map(returncode)
+/// What went wrong in ending a run.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum TeardownError {
+    /// Processes outlived SIGKILL for `waited`: [`Outcome::survivors`] names them.
+    Survivors {
+        /// How many.
+        count: usize,
+        /// How long they were waited for after SIGKILL.
+        waited: Duration,
+    },
+    /// The run's containment could not be removed.
+    Release(ContainError),
+}
+
+impl std::fmt::Display for TeardownError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TeardownError::Survivors { count, waited } => write!(
+                f,
+                "{count} process(es) survived SIGKILL for {}s",
+                waited.as_secs()
+            ),
+            TeardownError::Release(e) => write!(f, "{e}"),
+        }
     }
 }
 
-/// Python's `returncode`: the exit code, or minus the signal that killed the process.
-pub fn returncode(st: ExitStatus) -> i64 {
-    match st {
-        ExitStatus::Code(c) => i64::from(c),
-        ExitStatus::Signal(s) => -i64::from(s),
+impl std::error::Error for TeardownError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TeardownError::Release(e) => Some(e),
+            TeardownError::Survivors { .. } => None,
+        }
     }
 }
 
-/// A status as (exit code, signal name), for reports.
-pub fn status_parts(st: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
+/// A status as (exit code, signal name), for the records other processes read.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) fn status_parts(st: Option<ExitStatus>) -> (Option<i32>, Option<String>) {
     match st {
         Some(ExitStatus::Code(c)) => (Some(c), None),
-        Some(ExitStatus::Signal(s)) => (None, Some(signal_name(s))),
+        Some(ExitStatus::Signal(s)) => (
+            None,
+            Some(
+                Signal::from_named_raw(s)
+                    .map(signal::name)
+                    .unwrap_or_else(|| s.to_string()),
+            ),
+        ),
         None => (None, None),
     }
-}
-
-pub fn signal_name(raw: i32) -> String {
-    Signal::from_named_raw(raw)
-        .map(signal::name)
-        .unwrap_or_else(|| raw.to_string())
 }
 
 #[cfg(test)]
@@ -148,19 +169,18 @@ mod tests {
     use super::*;
 
     fn outcome(reason: StopReason, st: Option<ExitStatus>) -> Outcome {
-        let mut o = Outcome {
+        Outcome {
             argv: vec![],
-            backend: "cgroup",
+            backend: BackendKind::Cgroup,
             cgroup: None,
             scope: None,
             leader_pid: 1,
-            exit_code: None,
-            signal: None,
+            leader_status: st,
             stop_reason: reason,
             received_signal: None,
-            duration_ms: 0,
-            leader_ms: None,
-            teardown_ms: 0,
+            duration: Duration::ZERO,
+            leader_ran: None,
+            teardown: Duration::ZERO,
             killed: 0,
             survivors: vec![],
             escapees: vec![],
@@ -168,10 +188,7 @@ mod tests {
             guardian_pid: None,
             limits: None,
             usage: None,
-            leader_status: None,
-        };
-        o.set_leader_status(st);
-        o
+        }
     }
 
     fn exit_code(o: &Outcome, preserve_status: bool) -> u8 {
@@ -216,7 +233,7 @@ mod tests {
         assert_eq!(exit_code(&o, true), 3);
     }
 
-    /// Issue 13: a run the OOM killer ended exits as for SIGKILL, also when the leader itself
+    /// A run the OOM killer ended exits as for SIGKILL, also when the leader itself
     /// was spared and exited with a code.
     #[test]
     fn oom_is_137() {
@@ -228,19 +245,15 @@ mod tests {
     #[test]
     fn survivors_or_errors_are_125() {
         let mut o = outcome(StopReason::Exited, Some(ExitStatus::Code(0)));
-        o.survivors.push("x (pid 1)".into());
+        o.survivors.push(Process {
+            pid: 1,
+            starttime: 1,
+            comm: "x".into(),
+        });
         assert_eq!(exit_code(&o, false), 125);
         let mut o = outcome(StopReason::Timeout, None);
         o.stop_reason = StopReason::Error;
         assert_eq!(exit_code(&o, false), 125);
         assert_eq!(exit_code(&outcome(StopReason::Exited, None), false), 125);
-    }
-
-    #[test]
-    fn returncodes_are_pythons() {
-        assert_eq!(returncode(ExitStatus::Code(0)), 0);
-        assert_eq!(returncode(ExitStatus::Code(3)), 3);
-        assert_eq!(returncode(ExitStatus::Signal(9)), -9);
-        assert_eq!(returncode(ExitStatus::Signal(2)), -2);
     }
 }

@@ -25,8 +25,8 @@ impl Process {
         }
     }
 
-    /// How reports name a process: `sleep (pid 1234)`.
-    pub fn label(&self) -> String {
+    /// How the library's messages name a process: `sleep (pid 1234)`.
+    pub(crate) fn label(&self) -> String {
         format!("{} (pid {})", self.comm, self.pid)
     }
 }
@@ -54,7 +54,8 @@ pub struct Escapee {
 
 impl Escapee {
     /// `sleep (pid 1234): moved out of the cgroup to /`.
-    pub fn label(&self) -> String {
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn label(&self) -> String {
         format!(
             "{}: moved out of the cgroup to {}",
             self.process.label(),

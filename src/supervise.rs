@@ -511,15 +511,13 @@ impl Supervisor {
         let sink = &self.run.sink;
         match reason {
             StopReason::Timeout => sink.emit(Event::Timeout {
-                after_ms: self.plan.timeout.map_or(0, |d| d.as_millis() as u64),
+                after: self.plan.timeout.unwrap_or_default(),
             }),
             StopReason::Cancel => sink.emit(Event::CancelRequested),
             StopReason::ParentDied => sink.emit(Event::ParentDied),
             StopReason::Signal => {
                 if let Some(sig) = self.received {
-                    sink.emit(Event::ReaperSignalled {
-                        signal: signal::name(sig),
-                    })
+                    sink.emit(Event::ReaperSignalled { signal: sig })
                 }
             }
             // Said when the EOF came (the allowance started then); an exit is `LeaderExited`;

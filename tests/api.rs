@@ -8,7 +8,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use reaper::{Command, Containment, Stdio, StopReason};
+use reaper::{Command, Containment, Signal, Stdio, StopReason};
 
 /// A shell whose grandchild leaves its session, ignores SIGTERM and writes its pid to
 /// `pidfile` (the proof that it ran), then everything sleeps.
@@ -157,14 +157,14 @@ async fn wait_is_idempotent() {
         .expect("spawns");
     let a = child.wait().await;
     let b = child.wait().await;
-    assert_eq!(a.exit_code, Some(7));
+    assert_eq!(a.leader_status, Some(reaper::ExitStatus::Code(7)));
     assert_eq!(a.stop_reason, StopReason::Exited);
     assert_eq!(
-        (a.exit_code, a.stop_reason, a.killed, a.duration_ms),
-        (b.exit_code, b.stop_reason, b.killed, b.duration_ms)
+        (a.leader_status, a.stop_reason, a.killed, a.duration),
+        (b.leader_status, b.stop_reason, b.killed, b.duration)
     );
     let c = child.stop().await;
-    assert_eq!((c.exit_code, c.duration_ms), (a.exit_code, a.duration_ms));
+    assert_eq!((c.leader_status, c.duration), (a.leader_status, a.duration));
 }
 
 /// `stop` ends the whole tree gracefully (TERM, the grace, then KILL for the grandchild that
@@ -186,8 +186,12 @@ async fn stop_and_kill_end_the_whole_tree() {
         assert!(out.survivors.is_empty(), "{out:?}");
         assert!(out.killed >= 2, "the leader and the grandchild: {out:?}");
         assert!(!alive(gc));
-        let first = if kill { "KILL" } else { "TERM" };
-        assert_eq!(out.signal.as_deref(), Some(first), "{out:?}");
+        let first = if kill { Signal::KILL } else { Signal::TERM };
+        assert_eq!(
+            out.leader_status,
+            Some(reaper::ExitStatus::Signal(first.as_raw())),
+            "{out:?}"
+        );
     }
 }
 
@@ -206,7 +210,11 @@ async fn spawns_from_several_threads_at_once_each_run_their_own_command() {
                         cmd.containment(Containment::Pgid);
                     }
                     let out = cmd.spawn().await.expect("spawns").wait().await;
-                    assert_eq!(out.exit_code, Some(code), "{out:?}");
+                    assert_eq!(
+                        out.leader_status,
+                        Some(reaper::ExitStatus::Code(code)),
+                        "{out:?}"
+                    );
                 }
             })
         })
@@ -274,7 +282,10 @@ async fn piped_stdio_is_tokios() {
         .await
         .expect("reads");
     assert_eq!(out, "hello\n");
-    assert_eq!(child.wait().await.exit_code, Some(0));
+    assert_eq!(
+        child.wait().await.leader_status,
+        Some(reaper::ExitStatus::Code(0))
+    );
 }
 
 /// Errors are typed: a missing program is `NotFound` (127), a directory `NotExecutable` (126).

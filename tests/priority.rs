@@ -97,7 +97,11 @@ async fn the_library_raises_nothing_unless_asked() {
     assert_eq!(nice_here(), (0, 0), "the test thread starts at the default");
     let mut cmd = reaper::Command::new("true");
     let outcome = cmd.spawn().await.expect("spawn").wait().await;
-    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+    assert_eq!(
+        outcome.leader_status,
+        Some(reaper::ExitStatus::Code(0)),
+        "{outcome:?}"
+    );
     assert_eq!(
         nice_here(),
         (0, 0),
@@ -105,6 +109,10 @@ async fn the_library_raises_nothing_unless_asked() {
     );
     cmd.raise_priority(true);
     let outcome = cmd.spawn().await.expect("spawn").wait().await;
-    assert_eq!(outcome.exit_code, Some(0), "{outcome:?}");
+    assert_eq!(
+        outcome.leader_status,
+        Some(reaper::ExitStatus::Code(0)),
+        "{outcome:?}"
+    );
     assert_eq!(nice_here(), (-10, 0), "asked, it raised this thread");
 }

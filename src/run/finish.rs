@@ -2,15 +2,14 @@
 //! or the run kept alive (`check --keep`); or, dropped unfinished, its tree killed.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use reaper_platform::{reap, signal, ExitStatus, Signal};
+use reaper_platform::{reap, ExitStatus, Signal};
 use tokio::time::Instant;
 
 use super::stop::KILL_DEADLINE;
 use super::Run;
-use crate::containment::{self, Backend, Process};
-use crate::{Event, Outcome, StopReason};
+use crate::containment::{self, Backend};
+use crate::{Event, Outcome, StopReason, TeardownError};
 
 impl Run {
     /// Ends the run without stopping it: whatever is alive keeps running (`check --keep`).
@@ -65,45 +64,33 @@ impl Run {
             .iter()
             .filter(|pid| !left.iter().any(|m| m.pid == **pid))
             .count();
-        let survivors: Vec<String> = left.iter().map(Process::label).collect();
+        let survivors = left;
         // Read before the cgroup is removed with them.
         let usage = self.usage();
-        let mut error = None;
-        if survivors.is_empty() {
-            if let Err(e) = self.backend.release() {
-                error = Some(e.to_string());
-            }
+        let error = if survivors.is_empty() {
+            self.backend.release().err().map(TeardownError::Release)
         } else {
-            error = Some(format!(
-                "{} process(es) survived SIGKILL for {}s: {}",
-                survivors.len(),
-                KILL_DEADLINE.as_secs(),
-                survivors.join(", ")
-            ));
-        }
+            Some(TeardownError::Survivors {
+                count: survivors.len(),
+                waited: KILL_DEADLINE,
+            })
+        };
         reap::unregister_leader(self.leader.handle.pid());
         let end = Instant::now();
-        let ms = |d: Duration| d.as_millis() as u64;
-        let escapees: Vec<String> = self
-            .backend
-            .escapees()
-            .iter()
-            .map(containment::Escapee::label)
-            .collect();
+        let escapees = self.backend.escapees();
         self.sink.emit(Event::Reaped {
             killed,
             survivors: survivors.clone(),
             escapees: escapees.clone(),
             usage: usage.clone(),
         });
-        let mut out = Outcome {
+        let out = Outcome {
             argv: std::mem::take(&mut self.argv),
-            backend: self.backend.kind().as_str(),
-            cgroup: self.backend.cgroup_path().map(|p| p.display().to_string()),
+            backend: self.backend.kind(),
+            cgroup: self.backend.cgroup_path().map(Into::into),
             scope: self.scope(),
             leader_pid: self.leader.handle.raw_pid(),
-            exit_code: None,
-            signal: None,
+            leader_status: self.leader.status,
             stop_reason: if error.is_some() && reason == StopReason::Exited {
                 StopReason::Error
             } else if reason == StopReason::Exited
@@ -118,10 +105,10 @@ impl Run {
             } else {
                 reason
             },
-            received_signal: received_signal.map(signal::name),
-            duration_ms: ms(end - self.started),
-            leader_ms: self.leader.at.map(|t| ms(t - self.started)),
-            teardown_ms: self.stop_at.map(|t| ms(end - t)).unwrap_or(0),
+            received_signal,
+            duration: end - self.started,
+            leader_ran: self.leader.at.map(|t| t - self.started),
+            teardown: self.stop_at.map(|t| end - t).unwrap_or_default(),
             killed,
             survivors,
             escapees,
@@ -129,9 +116,7 @@ impl Run {
             guardian_pid: self.guardian.as_ref().map(|g| g.pid()),
             limits: (!self.limits.is_empty()).then_some(self.limits),
             usage,
-            leader_status: None,
         };
-        out.set_leader_status(self.leader.status);
         #[cfg(target_os = "linux")]
         if let Some(r) = self.registration.take() {
             r.ended(&out);

@@ -11,7 +11,6 @@ use tokio::time::Instant;
 
 use crate::event::{Event, EventSink};
 use crate::guardian::Guardian;
-use crate::outcome;
 
 /// The leader: watched through its handle (a pidfd on Linux), reaped through [`reap`], status
 /// kept once known.
@@ -68,8 +67,7 @@ impl Leader {
         self.status = st;
         self.gone = true;
         self.at = Some(Instant::now());
-        let (code, sig) = outcome::status_parts(st);
-        self.sink.emit(Event::LeaderExited { code, signal: sig });
+        self.sink.emit(Event::LeaderExited { status: st });
         st
     }
 

@@ -105,8 +105,8 @@ impl Run {
         };
         sink.emit(Event::Spawned {
             pid: leader.raw_pid(),
-            backend: backend.kind().as_str(),
-            cgroup: backend.cgroup_path().map(|p| p.display().to_string()),
+            backend: backend.kind(),
+            cgroup: backend.cgroup_path().map(Into::into),
         });
         if let Some(t) = &terminal {
             if let Err(e) = t.give_to(leader.raw_pid()) {

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use reaper_platform::{reap, signal, Signal};
+use reaper_platform::{reap, Signal};
 use tokio::time::Instant;
 
 use super::Run;
@@ -34,10 +34,7 @@ impl Run {
         } else {
             usize::from(self.signal_leader(sig))
         };
-        self.sink.emit(Event::Forwarded {
-            signal: signal::name(sig),
-            n,
-        });
+        self.sink.emit(Event::Forwarded { signal: sig, n });
         n
     }
 
@@ -94,7 +91,7 @@ impl Run {
             }
         };
         self.sink.emit(Event::Signalled {
-            signal: signal::name(first),
+            signal: first,
             n: reached,
             via: containment::VIA_HANDLE,
         });
@@ -184,7 +181,7 @@ impl Run {
             self.record(&killed);
             let via = self.backend.kill_label();
             self.sink.emit(Event::Signalled {
-                signal: "KILL".into(),
+                signal: Signal::KILL,
                 n: killed.len(),
                 via,
             });

@@ -76,7 +76,7 @@ async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
         run.stop_from_leader(Signal::INT, Duration::from_secs(5), std::future::pending())
             .await;
         let out = run.finish(StopReason::Cancel, None).await;
-        assert_eq!(out.error, None);
+        assert!(out.error.is_none(), "{:?}", out.error);
         assert_eq!(out.killed, 1, "try {i}: a hanging leader: {out:?}");
     }
     // The leader and a child that ignores SIGINT (a background job of a non-interactive sh):
@@ -93,7 +93,7 @@ async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
         )
         .await;
         let out = run.finish(StopReason::Cancel, None).await;
-        assert_eq!(out.error, None);
+        assert!(out.error.is_none(), "{:?}", out.error);
         assert_eq!(out.killed, 2, "try {i}: a leader with a child: {out:?}");
     }
 }
@@ -151,8 +151,8 @@ async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
     }
 }
 
-/// The cgroup backend's failed join before exec reaches the user as before the typed error
-/// replaced its errno sentinel: the program named, `reaper doctor` suggested, exit 125.
+/// The cgroup backend's failed join before exec is a typed error naming the program (a face
+/// adds what to do), exit 125.
 #[test]
 fn a_failed_join_is_reapers_error_naming_the_program() {
     let e = std::io::Error::other(containment::Error::join_failed());
@@ -167,7 +167,7 @@ fn a_failed_join_is_reapers_error_naming_the_program() {
     assert_eq!(err.exit_code(), 125);
     assert_eq!(
         err.to_string(),
-        "cannot move 'sleep' into its cgroup before exec; run `reaper doctor`"
+        "cannot move 'sleep' into its cgroup before exec"
     );
     // The cause stays typed until a face prints it.
     let cause =

@@ -275,12 +275,13 @@ pub struct Ended {
 
 impl Ended {
     fn of(o: &Outcome) -> Ended {
+        let (exit_code, signal) = crate::outcome::status_parts(o.leader_status);
         Ended {
             stop_reason: o.stop_reason,
             killed: o.killed,
             survivors: o.survivors.len(),
-            exit_code: o.exit_code,
-            signal: o.signal.clone(),
+            exit_code,
+            signal,
         }
     }
 }

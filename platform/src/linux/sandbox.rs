@@ -97,7 +97,7 @@ pub enum Step {
 }
 
 impl Step {
-    /// What the step is, for "--sandbox: cannot …".
+    /// What the step is, for "cannot …".
     pub fn describe(self) -> &'static str {
         match self {
             Step::MountNamespace => "create a mount namespace (unshare CLONE_NEWNS)",
@@ -113,7 +113,7 @@ impl Step {
                 "create a user namespace (clone3 with CLONE_NEWUSER; user.max_user_namespaces \
                  must be above 0, and a non-root user's sandbox needs unprivileged user \
                  namespaces: kernel.unprivileged_userns_clone, AppArmor's \
-                 kernel.apparmor_restrict_unprivileged_userns; see `reaper doctor`)"
+                 kernel.apparmor_restrict_unprivileged_userns)"
             }
             Step::UserMaps => "write the user namespace's setgroups, uid_map and gid_map",
             Step::Seccomp => "install the seccomp filter (PR_SET_SECCOMP)",
@@ -167,7 +167,7 @@ impl std::fmt::Display for StepError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "--sandbox: cannot {}: {}",
+            "the sandbox: cannot {}: {}",
             self.step.describe(),
             std::io::Error::from_raw_os_error(self.errno)
         )

@@ -18,11 +18,13 @@ macro_rules! out {
     }};
 }
 
+mod advice;
 mod cli;
 mod coreutils;
 mod mcp;
 #[cfg(test)]
 mod plans_tests;
+mod report;
 mod timeout;
 
 use clap::{Parser, Subcommand};

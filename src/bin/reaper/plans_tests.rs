@@ -74,7 +74,7 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
     let sink = {
         let seen = seen.clone();
         EventSink::new(move |_, ev| {
-            let v = serde_json::to_value(ev).unwrap_or_default();
+            let v = crate::report::event_json(ev).unwrap_or_default();
             let kind = v["event"].as_str().unwrap_or("?").to_owned();
             seen.lock().unwrap_or_else(|e| e.into_inner()).push(kind);
         })
@@ -93,7 +93,7 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
         .events(sink);
     let mut child = start(cmd).await?;
     let out = child.wait().await;
-    assert_eq!(out.error, None);
+    assert!(out.error.is_none(), "{:?}", out.error);
     assert!(out.survivors.is_empty(), "{out:?}");
     let kinds = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
     Some((kinds, out.stop_reason))
@@ -186,7 +186,7 @@ async fn a_step_dropped_again_and_again_decides_once() {
     let sink = {
         let seen = seen.clone();
         EventSink::new(move |t_ms, ev| {
-            let v = serde_json::to_value(ev).unwrap_or_default();
+            let v = crate::report::event_json(ev).unwrap_or_default();
             let kind = v["event"].as_str().unwrap_or("?").to_owned();
             seen.lock()
                 .unwrap_or_else(|e| e.into_inner())

@@ -246,7 +246,7 @@ pub enum CheckError {
 impl std::fmt::Display for CheckError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            CheckError::Start(e) => write!(f, "{e}"),
+            CheckError::Start(e) => f.write_str(&crate::advice::start_error(e)),
             CheckError::Finish(m) => f.write_str(m),
             CheckError::Keep(e) => write!(f, "{e}"),
             CheckError::DupStderr(e) => write!(f, "cannot dup stderr: {e}"),
@@ -344,8 +344,11 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
     if reason == StopReason::Signal {
         let out = child.wait().await;
         return Err(CheckError::Signalled {
-            signal: out.received_signal.unwrap_or_default(),
-            survivors: out.survivors,
+            signal: out
+                .received_signal
+                .map(crate::report::signal_name)
+                .unwrap_or_default(),
+            survivors: crate::report::process_labels(&out.survivors),
         });
     }
     let timed_out = reason == StopReason::Timeout;
@@ -369,20 +372,21 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
     let mut out_of_memory = false;
     let leader = if kill {
         let out: Outcome = child.wait().await;
-        if let Some(e) = out.error {
+        if let Some(e) = crate::report::error_text(&out) {
             return Err(CheckError::Finish(e));
         }
+        let (exit_code, signal) = crate::report::status_parts(out.leader_status);
         usage = out.usage;
         out_of_memory = out.stop_reason == StopReason::Oom;
         LeaderEnd {
             pid: leader_pid,
-            exit_code: out.exit_code,
-            signal: out.signal,
+            exit_code,
+            signal,
             timed_out,
-            ran_ms: out.leader_ms,
+            ran_ms: out.leader_ran.map(|d| d.as_millis() as u64),
         }
     } else {
-        let (exit_code, sig) = reaper::status_parts(child.leader_status());
+        let (exit_code, sig) = crate::report::status_parts(child.leader_status());
         let ran_ms = Some(started.elapsed().as_millis() as u64);
         cgroup = child
             .keep()

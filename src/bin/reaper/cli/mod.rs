@@ -53,7 +53,9 @@ pub fn job_stop_requests(
 /// `--events`: one JSON object per line on stderr, `{"t_ms":12,"event":"spawned",…}`.
 pub fn json_lines_to_stderr() -> EventSink {
     EventSink::new(|t_ms, ev: &Event| {
-        let mut v = serde_json::to_value(ev).unwrap_or_default();
+        let Some(mut v) = crate::report::event_json(ev) else {
+            return;
+        };
         if let Some(obj) = v.as_object_mut() {
             obj.insert("t_ms".into(), t_ms.into());
         }

@@ -218,7 +218,7 @@ async fn run(mut args: RunArgs) -> u8 {
     let mut child = match cmd.spawn().await {
         Ok(c) => c,
         Err(e) => {
-            say!("reaper: {e}");
+            say!("reaper: {}", crate::advice::start_error(&e));
             super::guardian_done();
             return e.exit_code();
         }
@@ -255,7 +255,7 @@ async fn run(mut args: RunArgs) -> u8 {
         }
     }
     let code = outcome.exit_code(args.preserve_status);
-    if let Some(err) = &outcome.error {
+    if let Some(err) = crate::report::error_text(&outcome) {
         say!("reaper: {err}");
     } else if !args.quiet {
         let n = outcome.killed;
@@ -270,7 +270,7 @@ async fn run(mut args: RunArgs) -> u8 {
                 say!("reaper: timed out after {}; stopped {n} process(es){moved}", parse::show(args.timeout.unwrap_or_default()))
             }
             StopReason::Signal => {
-                say!("reaper: got SIG{}; stopped {n} process(es){moved}", outcome.received_signal.as_deref().unwrap_or("?"))
+                say!("reaper: got SIG{}; stopped {n} process(es){moved}", outcome.received_signal.map_or("?".into(), crate::report::signal_name))
             }
             StopReason::ParentDied => say!("reaper: parent died; stopped {n} process(es){moved}"),
             StopReason::Oom => say!(
@@ -408,7 +408,8 @@ fn no_hangup_watch(e: impl std::fmt::Display) {
 }
 
 pub(super) fn write_report(path: &std::path::Path, outcome: &Outcome) -> std::io::Result<()> {
-    let json = serde_json::to_string_pretty(outcome).map_err(std::io::Error::other)?;
+    let json = serde_json::to_string_pretty(&crate::report::Report::of(outcome))
+        .map_err(std::io::Error::other)?;
     if path.as_os_str() == "-" {
         say!("{json}");
         Ok(())

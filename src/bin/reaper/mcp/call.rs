@@ -171,7 +171,10 @@ pub async fn run(
                 e @ reaper::Error::TooLarge { .. } => {
                     Ending::LaunchFailed(format!("failed to launch codex binary: {e}"))
                 }
-                m => Ending::NotContained(format!("reaper cannot contain this call: {m}")),
+                m => Ending::NotContained(format!(
+                    "reaper cannot contain this call: {}",
+                    crate::advice::start_error(&m)
+                )),
             };
             return Finished {
                 stream,
@@ -280,7 +283,7 @@ pub async fn run(
             call = id,
             ?reason,
             killed = outcome.killed,
-            ms = outcome.duration_ms,
+            ms = outcome.duration.as_millis() as u64,
             "call ended"
         );
     }
@@ -289,18 +292,18 @@ pub async fn run(
             call = id,
             "{} process(es) of the call had moved out of its cgroup; stopped them too: {}",
             outcome.escapees.len(),
-            outcome.escapees.join(", ")
+            crate::report::escapee_labels(&outcome.escapees).join(", ")
         );
     }
-    if let Some(e) = &outcome.error {
+    if let Some(e) = crate::report::error_text(&outcome) {
         tracing::error!(call = id, "{e}");
     }
     Finished {
         stream,
         stderr,
         ending,
-        survivors: outcome.survivors,
-        escapees: outcome.escapees,
+        survivors: crate::report::process_labels(&outcome.survivors),
+        escapees: crate::report::escapee_labels(&outcome.escapees),
     }
 }
 

@@ -38,7 +38,7 @@ pub enum Ending {
 impl Ending {
     /// How a call that ran ended, from its outcome (`secs`: the `timeout_seconds` asked for).
     pub fn of(o: &Outcome, secs: u64) -> Ending {
-        let returncode = o.returncode();
+        let returncode = o.leader_status.map(crate::report::returncode);
         match o.stop_reason {
             StopReason::Oom => Ending::OutOfMemory {
                 limit: o.limits.and_then(|l| l.memory_max).unwrap_or(0),

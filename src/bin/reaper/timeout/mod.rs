@@ -159,7 +159,7 @@ async fn run(a: Args) -> u8 {
                     quote(&a.command[0]),
                     reaper_platform::errno::strerror(&os)
                 ),
-                None => say!("{}: {e}", a.name),
+                None => say!("{}: {}", a.name, crate::advice::start_error(&e)),
             }
             cli::guardian_done();
             return e.exit_code();
