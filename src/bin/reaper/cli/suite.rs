@@ -138,7 +138,7 @@ impl End {
 }
 
 /// How long the wrapper may take to return once its end came, and the case's tree to build.
-const GRACE: Duration = Duration::from_secs(10);
+const GRACE: Duration = Duration::from_secs(5);
 /// How long a tree may take to be ready after the wrapper started.
 const READY_WITHIN: Duration = Duration::from_secs(30);
 /// How long the suite's own cleanup may take to kill what a case left.
@@ -425,7 +425,7 @@ fn run(args: &CheckArgs, timeout: Duration, report: &mut Report) -> Result<(), S
                 for _ in 0..args.repeat {
                     let t = trial(&suite, case, end)?;
                     cell.runs += 1;
-                    cell.leaked += usize::from(!t.survivors.is_empty() || t.wrapper_survived);
+                    cell.leaked += usize::from(t.result == "leaked");
                     cell.wrong_kills += usize::from(t.wrong_kill.is_some());
                     cell.did_not_run += usize::from(t.result == "did-not-run");
                     cell.hung += usize::from(t.result == "hung");
@@ -497,7 +497,7 @@ fn trial(suite: &Suite, case: &Case, end: End) -> Result<Trial, SuiteError> {
         stdin: None,
     };
     let result = trial_in(suite, case, end, &dir, &mut started);
-    let cleaned = clean_up(&dir, &mut started);
+    let cleaned = clean_up(&dir, &mut started, suite.me);
     let _ = std::fs::remove_dir_all(&dir);
     let t = result?;
     cleaned?;
@@ -715,6 +715,9 @@ fn trial_in(
     if !returned && end != End::Parent {
         survivors.clear();
     }
+    // Alive, yet none of its recorded pids names a live process here: the tree runs in a PID
+    // namespace of its own (a sandbox), whose pids mean other processes here.
+    let unseen = (returned || end == End::Parent) && survivors.is_empty() && !tree_dead(&oracle);
     let status = started.wrapper_status.map(show_status);
     let status_ok = match (end.wants_failure(), &status) {
         (Some(fail), Some(s)) => Some((s != "exit 0") == fail),
@@ -723,7 +726,7 @@ fn trial_in(
     let wrapper_survived = !returned && end == End::Parent;
     let result = if wrong_kill.is_some() {
         "wrong-kill"
-    } else if !survivors.is_empty() || wrapper_survived {
+    } else if !survivors.is_empty() || wrapper_survived || unseen {
         "leaked"
     } else if returned {
         "clean"
@@ -743,7 +746,11 @@ fn trial_in(
         wrapper_survived,
         zombies,
         wrong_kill,
-        note: None,
+        note: unseen.then(|| {
+            "the tree outlived the wrapper in processes the suite cannot name (their recorded \
+             pids are another PID namespace's)"
+                .to_owned()
+        }),
     })
 }
 
@@ -930,7 +937,7 @@ fn kill_checked(pid: i32, start: u64) {
 
 /// Ends everything the trial started: the wrapper and its parent, the tree (only the processes
 /// it recorded), the sentinel; reaps the suite's children.
-fn clean_up(dir: &Path, started: &mut Started) -> Result<(), SuiteError> {
+fn clean_up(dir: &Path, started: &mut Started, me: i32) -> Result<(), SuiteError> {
     drop(started.stdin.take());
     if let Some(p) = started.parent.take() {
         kill_child(p);
@@ -949,6 +956,11 @@ fn clean_up(dir: &Path, started: &mut Started) -> Result<(), SuiteError> {
     while !tree_dead(&oracle) {
         for r in recorded(&pids) {
             kill_checked(r.pid, r.start);
+        }
+        // A tree in a PID namespace of its own is not found by its pids; the processes holding
+        // it came back to the suite as orphans of the wrapper (the suite starts nothing else).
+        for (pid, start) in orphans(me, started.sentinel) {
+            kill_checked(pid, start);
         }
         if Instant::now() >= deadline {
             let left: Vec<String> = recorded(&pids)
@@ -974,6 +986,20 @@ fn clean_up(dir: &Path, started: &mut Started) -> Result<(), SuiteError> {
     // cares about was reaped above.
     while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
     Ok(())
+}
+
+/// The suite's live children but the sentinel: (pid, starttime).
+fn orphans(me: i32, sentinel: Option<i32>) -> Vec<(i32, u64)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| Some(*pid) != sentinel)
+        .filter_map(|pid| {
+            let s = process::stat(pid).ok()?;
+            (s.ppid == me && !s.is_dead()).then_some((pid, s.starttime))
+        })
+        .collect()
 }
 
 fn show_status(status: Option<i32>) -> String {
@@ -1016,6 +1042,10 @@ fn cell_words(c: &Cell) -> String {
         for t in &c.trials {
             if t.wrapper_survived && !words.contains(&"wrapper-lives") {
                 words.push("wrapper-lives");
+            }
+            let unseen = t.result == "leaked" && t.survivors.is_empty() && !t.wrapper_survived;
+            if unseen && !words.contains(&"unseen") {
+                words.push("unseen");
             }
             for s in &t.survivors {
                 for w in &s.process.escaped_by {
@@ -1134,6 +1164,9 @@ fn print_table(r: &Report, timeout: Duration, settle: Duration) {
                 "{head}: the wrapper was still running {}s after its parent died",
                 GRACE.as_secs()
             );
+        }
+        if t.result == "leaked" && t.survivors.is_empty() && !t.wrapper_survived {
+            out!("{head}: leaked: {}", t.note.as_deref().unwrap_or(""));
         }
         if !t.survivors.is_empty() {
             out!(
