@@ -55,7 +55,7 @@ for w in "${wrappers[@]}"; do
   echo "==> $name: $cmd"
   read -ra argv <<<"$cmd"
   status=0
- "$reaper" check --suite --json --settle 500ms ${SCOREBOARD_CASES:+--only "$SCOREBOARD_CASES"} -- "${argv[@]}" >"$out/$i.json" || status=$?
+  "$reaper" check --suite --json --settle 500ms ${SCOREBOARD_CASES:+--only "$SCOREBOARD_CASES"} -- "${argv[@]}" >"$out/$i.json" || status=$?
   echo "    exit $status"
 done
 
