@@ -311,7 +311,7 @@ pub fn children(pid: pid_t) -> Vec<pid_t> {
         .collect()
 }
 
-/// Lines `PID STARTTIME ROLE` the fixture appended to its `--pids` file.
+/// Lines `PID STARTTIME ROLE PGID SID` the fixture appended to its `--pids` file.
 pub fn read_pids(path: &Path) -> Vec<(pid_t, u64)> {
     std::fs::read_to_string(path)
         .unwrap_or_default()

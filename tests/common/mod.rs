@@ -3,7 +3,7 @@
 //!
 //! Two death oracles that cannot lie: the fixture's lock file (every process of the tree holds
 //! a shared flock through an inherited fd; `LOCK_EX|LOCK_NB` succeeds only when all are gone,
-//! zombies included since they have closed their fds) and its pid file (`PID STARTTIME ROLE`
+//! zombies included since they have closed their fds) and its pid file (`PID STARTTIME ROLE …`
 //! lines, to name survivors). Whatever a test leaves alive is killed on drop, through pidfds
 //! opened on `(pid, starttime)`, and the test fails.
 #![allow(dead_code)]

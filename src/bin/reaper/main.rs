@@ -21,6 +21,8 @@ macro_rules! out {
 mod advice;
 mod cli;
 mod coreutils;
+#[cfg(target_os = "linux")]
+mod fixture;
 mod mcp;
 #[cfg(test)]
 mod plans_tests;
@@ -78,6 +80,12 @@ enum Cmd {
 }
 
 fn main() -> std::process::ExitCode {
+    // `reaper fixture …` (hidden): a hostile tree for `reaper check --suite`, before anything of
+    // reaper's own (a subreaper, a guardian, threads) exists, which the tree must not inherit.
+    #[cfg(target_os = "linux")]
+    if std::env::args_os().nth(1).as_deref() == Some("fixture".as_ref()) {
+        fixture::main(std::env::args_os().skip(2).collect())
+    }
     cli::record_parent();
     // Before anything of a run exists, and inherited by the forked guardian: no process of a
     // run without CAP_SYS_PTRACE can trace reaper (and hold it stopped).
@@ -88,7 +96,8 @@ fn main() -> std::process::ExitCode {
     let wants_guardian = match &cli {
         Some(Ok(c)) => match &c.command {
             Cmd::Run(a) => a.contain.wants_guardian(&a.guard),
-            Cmd::Check(a) => a.contain.wants_guardian(&a.guard),
+            // The suite contains nothing itself: the wrappers it scores do.
+            Cmd::Check(a) => !a.suite && a.contain.wants_guardian(&a.guard),
             Cmd::Mcp(a) => a.contain.wants_guardian(&a.guard),
             // Its probe creates a run cgroup and starts leaders in it.
             Cmd::Doctor(_) => cfg!(target_os = "linux"),
@@ -184,6 +193,8 @@ fn dispatch(cli: Option<Result<Cli, clap::Error>>) -> std::process::ExitCode {
     let code = match cli.command {
         Cmd::Run(a) => cli::run::main(a),
         Cmd::Timeout { args } => timeout::main("reaper timeout", args),
+        #[cfg(target_os = "linux")]
+        Cmd::Check(a) if a.suite => cli::suite::main(a),
         Cmd::Check(a) => cli::check::main(a),
         Cmd::Doctor(a) => cli::doctor::main(a),
         Cmd::Mcp(a) => cli::mcp::main(a),

@@ -43,9 +43,20 @@ pub struct CheckArgs {
     #[arg(long)]
     pub keep: bool,
 
-    /// Exit 0 when something leaked and 1 when nothing did: pins a known leak in a test.
-    #[arg(long)]
-    pub expect_leak: bool,
+    /// Exit 0 when something leaked and 1 when nothing did: pins a known leak in a test. With
+    /// --suite: the cell CASE or CASE:END (repeatable) may leak, and fails if it no longer does.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "CASE[:END]")]
+    pub expect_leak: Vec<String>,
+
+    /// The leak conformance suite: CMD is a wrapper under test (a timeout, an init, a tool
+    /// runner), `{}` in its arguments each case's hostile command, `{timeout}` its own timeout
+    /// (--timeout, default 2s); every case is run with every end and scored (docs/check.md).
+    #[arg(long, conflicts_with_all = ["interrupt_after", "keep"])]
+    pub suite: bool,
+
+    /// With --suite: only these cells, comma-separated: CASE or CASE:END.
+    #[arg(long, value_delimiter = ',', value_name = "CASES", requires = "suite")]
+    pub only: Vec<String>,
 
     /// Run the whole check N times (races show up on the 7th try, not the 1st).
     #[arg(long, default_value = "1", value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
@@ -159,6 +170,14 @@ pub fn main(args: CheckArgs) -> u8 {
 }
 
 async fn check(args: CheckArgs) -> u8 {
+    if args.suite {
+        say!("reaper: check --suite runs on Linux only (its cases are Linux process trees)");
+        return 2;
+    }
+    if args.expect_leak.iter().any(|e| !e.is_empty()) {
+        say!("reaper: --expect-leak takes a cell (CASE[:END]) only with --suite");
+        return 2;
+    }
     let command: Vec<String> = args
         .command
         .iter()
@@ -218,7 +237,7 @@ async fn check(args: CheckArgs) -> u8 {
     } else if args.repeat > 1 {
         say!("{} of {} runs leaked", report.leaked_runs, args.repeat);
     }
-    match (report.result, args.expect_leak) {
+    match (report.result, !args.expect_leak.is_empty()) {
         ("error" | "timeout", _) => 2,
         ("leaked", false) | ("clean", true) => 1,
         _ => 0,
@@ -474,7 +493,7 @@ fn send_interrupt(
 }
 
 /// Everything a user needs to find a leaked process and see how it got away.
-fn describe(
+pub(super) fn describe(
     pid: i32,
     starttime: u64,
     leader_pgid: i32,
@@ -580,7 +599,7 @@ fn print_run(args: &CheckArgs, r: &RunReport, i: u32) {
     }
 }
 
-fn truncate(s: &str, n: usize) -> String {
+pub(super) fn truncate(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_owned()
     } else {

@@ -13,6 +13,8 @@ pub mod ps;
 pub mod run;
 #[cfg(target_os = "linux")]
 pub mod stop;
+#[cfg(target_os = "linux")]
+pub mod suite;
 
 use reaper::supervise::{Request, Requests};
 use reaper::{Event, EventSink};

@@ -1,0 +1,299 @@
+//! `reaper check --suite`: every case is scored as leaking under a wrapper known to leak it, as
+//! clean under reaper's own faces, and a wrapper that kills its caller's group as a wrong kill.
+//! No case passes vacuously: the suite itself fails a case whose tree did not record itself
+//! (`did-not-run`), which a wrapper that never runs `{}` proves here.
+
+mod common;
+
+use common::*;
+
+const CASES: &[&str] = &["orphan", "setsid", "daemon", "pipe", "storm", "stopped"];
+
+/// A wrapper that runs the case in the background and, on SIGTERM or SIGINT, kills only its
+/// child (the tree's leader), then exits: what a naive tool runner does.
+const KILLS_ONLY_ITS_CHILD: &str = r#"{} & c=$!; trap 'kill -KILL $c; exit 143' TERM INT; wait $c"#;
+
+/// On SIGTERM, kills its own process group: the group it was started in, its caller's.
+const KILLS_ITS_GROUP: &str = r#"trap 'kill -KILL 0' TERM INT; {} & wait"#;
+
+/// Runs the case and returns its leader's status: `sh -c` as most tools call a command line.
+const PLAIN_SH: &str = "{}; exit $?";
+
+/// `reaper check --suite --json ARGS…`: exit code, report, stderr.
+fn suite(args: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut all = vec!["check", "--suite", "--json", "--settle", "300ms"];
+    all.extend_from_slice(args);
+    let out = run_reaper(&all);
+    let v = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "not JSON ({e}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    (code(&out), v, stderr(&out))
+}
+
+fn cells(v: &serde_json::Value) -> Vec<serde_json::Value> {
+    v["cells"].as_array().cloned().unwrap_or_default()
+}
+
+fn cell<'a>(v: &'a [serde_json::Value], case: &str, end: &str) -> &'a serde_json::Value {
+    v.iter()
+        .find(|c| c["case"] == case && c["end"] == end)
+        .unwrap_or_else(|| panic!("no cell {case}:{end} in {v:#?}"))
+}
+
+/// The roles of the first trial's survivors.
+fn roles(c: &serde_json::Value) -> Vec<String> {
+    c["trials"][0]["survivors"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["role"].as_str().map(str::to_owned))
+        .collect()
+}
+
+fn only(cells: &[&str]) -> String {
+    cells.join(",")
+}
+
+#[test]
+fn a_wrapper_that_kills_only_its_child_leaks_every_case() {
+    let wanted: Vec<String> = CASES.iter().map(|c| format!("{c}:term")).collect();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let (code, v, err) = suite(&[
+        "--only",
+        &only(&wanted),
+        "--",
+        "sh",
+        "-c",
+        KILLS_ONLY_ITS_CHILD,
+    ]);
+    assert_eq!(code, 1, "a leak fails the suite: {err}");
+    let cells = cells(&v);
+    // Who got away, case by case: the tree's own records say these processes ran.
+    let expect: &[(&str, &str)] = &[
+        ("orphan", "tree"),
+        ("setsid", "grandchild"),
+        ("daemon", "daemon"),
+        ("pipe", "holder"),
+        ("storm", "storm"),
+        ("stopped", "stopped"),
+    ];
+    for (case, role) in expect {
+        let c = cell(&cells, case, "term");
+        assert_eq!(c["result"], "leaked", "{case}: {c:#}");
+        assert!(
+            roles(c).iter().any(|r| r == role),
+            "{case}: the {role} survived: {c:#}"
+        );
+    }
+}
+
+#[test]
+fn a_wrapper_that_returns_when_its_leader_exits_leaks_the_lingering_children() {
+    let wanted: Vec<String> = CASES
+        .iter()
+        .filter(|c| **c != "stopped")
+        .map(|c| format!("{c}:exit"))
+        .collect();
+    let wanted: Vec<&str> = wanted.iter().map(String::as_str).collect();
+    let (code, v, err) = suite(&["--only", &only(&wanted), "--", "sh", "-c", PLAIN_SH]);
+    assert_eq!(code, 1, "{err}");
+    for c in cells(&v) {
+        assert_eq!(c["result"], "leaked", "{c:#}");
+        assert!(!roles(&c).is_empty(), "{c:#}");
+    }
+}
+
+#[test]
+fn gnu_timeout_leaks_a_setsid_grandchild_and_reaper_timeout_does_not() {
+    if !have(Need::Program("timeout")) {
+        return;
+    }
+    let (code, v, err) = suite(&[
+        "--only",
+        "setsid:timeout",
+        "--",
+        "timeout",
+        "{timeout}",
+        "{}",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let c = cells(&v);
+    let c = cell(&c, "setsid", "timeout");
+    assert_eq!(c["result"], "leaked", "{c:#}");
+    assert_eq!(roles(c), ["grandchild"], "{c:#}");
+    assert_eq!(c["trials"][0]["status"], "exit 124", "{c:#}");
+
+    let (code, v, err) = suite(&[
+        "--only",
+        "setsid:timeout",
+        "--",
+        env!("CARGO_BIN_EXE_reaper"),
+        "timeout",
+        "{timeout}",
+        "{}",
+    ]);
+    assert_eq!(code, 0, "{err}: {v:#}");
+    let c = cells(&v);
+    let c = cell(&c, "setsid", "timeout");
+    assert_eq!(c["result"], "clean", "{c:#}");
+    assert_eq!(c["trials"][0]["status"], "exit 124", "{c:#}");
+    assert_eq!(c["trials"][0]["status_ok"], true, "{c:#}");
+}
+
+/// reaper's run face, with the flags that make it notice its parent's death and its stdin's end,
+/// holds every case against every end.
+#[test]
+fn reaper_run_holds_every_case_and_every_end() {
+    let reaper = env!("CARGO_BIN_EXE_reaper");
+    let (code, v, err) = suite(&[
+        "--timeout",
+        "1s",
+        "--",
+        reaper,
+        "run",
+        "--grace",
+        "200ms",
+        "--die-with-parent",
+        "--on-stdin-eof",
+        "300ms",
+        "--timeout",
+        "{timeout}",
+        "--",
+        "{}",
+    ]);
+    assert_eq!(code, 0, "{err}: {v:#}");
+    let cells = cells(&v);
+    assert_eq!(cells.len(), CASES.len() * 7, "{v:#}");
+    for c in &cells {
+        let applicable = !(c["case"] == "stopped" && c["end"] == "exit");
+        let want = if applicable {
+            "clean"
+        } else {
+            "not-applicable"
+        };
+        assert_eq!(c["result"], want, "{c:#}");
+        if applicable {
+            let t = &c["trials"][0];
+            assert_eq!(t["returned"], true, "{c:#}");
+            assert!(t["died_ms"].is_u64(), "the tree died: {c:#}");
+            assert_eq!(t["wrong_kill"], serde_json::Value::Null, "{c:#}");
+        }
+    }
+}
+
+#[test]
+fn a_wrapper_that_kills_its_callers_group_is_a_wrong_kill() {
+    let (code, v, err) = suite(&["--only", "orphan:term", "--", "sh", "-c", KILLS_ITS_GROUP]);
+    assert_eq!(code, 1, "{err}");
+    let c = cells(&v);
+    let c = cell(&c, "orphan", "term");
+    assert_eq!(c["result"], "wrong-kill", "{c:#}");
+    assert_eq!(c["trials"][0]["wrong_kill"], "signal KILL", "{c:#}");
+}
+
+#[test]
+fn a_wrapper_that_never_runs_the_case_fails_as_did_not_run() {
+    // `{}` is sh's $0 here: the case's command is never run.
+    let (code, v, err) = suite(&["--only", "setsid:term", "--", "sh", "-c", "exit 3", "{}"]);
+    assert_eq!(code, 1, "{err}");
+    let c = cells(&v);
+    let c = cell(&c, "setsid", "term");
+    assert_eq!(c["result"], "did-not-run", "{c:#}");
+    let note = c["trials"][0]["note"].as_str().unwrap_or_default();
+    assert!(note.contains("exit 3"), "{note}");
+}
+
+#[test]
+fn a_parent_that_dies_leaves_a_wrapper_that_does_not_notice_running() {
+    let (code, v, err) = suite(&["--only", "orphan:parent", "--", "sh", "-c", "{} & wait"]);
+    assert_eq!(code, 1, "{err}");
+    let c = cells(&v);
+    let c = cell(&c, "orphan", "parent");
+    assert_eq!(c["result"], "leaked", "{c:#}");
+    assert_eq!(c["trials"][0]["wrapper_survived"], true, "{c:#}");
+    assert!(roles(c).iter().any(|r| r == "tree"), "{c:#}");
+}
+
+#[test]
+fn expect_leak_pins_a_leak_and_reports_its_fix() {
+    let (code, v, err) = suite(&[
+        "--only",
+        "daemon:exit",
+        "--expect-leak",
+        "daemon:exit",
+        "--",
+        "sh",
+        "-c",
+        PLAIN_SH,
+    ]);
+    assert_eq!(code, 0, "an expected leak passes: {err}");
+    assert_eq!(
+        cell(&cells(&v), "daemon", "exit")["result"],
+        "expected-leak"
+    );
+
+    let (code, v, err) = suite(&[
+        "--only",
+        "daemon:exit",
+        "--expect-leak",
+        "daemon",
+        "--",
+        env!("CARGO_BIN_EXE_reaper"),
+        "run",
+        "--",
+        "{}",
+    ]);
+    assert_eq!(code, 1, "an expected leak that is gone fails: {err}");
+    assert_eq!(cell(&cells(&v), "daemon", "exit")["result"], "fixed");
+}
+
+#[test]
+fn repeat_runs_each_cell_and_counts() {
+    let (code, v, err) = suite(&[
+        "--only",
+        "orphan:kill",
+        "--repeat",
+        "2",
+        "--",
+        "sh",
+        "-c",
+        "{} & wait",
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let c = cells(&v);
+    let c = cell(&c, "orphan", "kill");
+    assert_eq!(c["runs"], 2, "{c:#}");
+    assert_eq!(c["leaked"], 2, "{c:#}");
+}
+
+#[test]
+fn the_table_names_what_got_away() {
+    let out = run_reaper([
+        "check",
+        "--suite",
+        "--settle",
+        "300ms",
+        "--only",
+        "setsid:exit",
+        "--",
+        "sh",
+        "-c",
+        PLAIN_SH,
+    ]);
+    assert_eq!(code(&out), 1, "{}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("✗ "), "{table}");
+    assert!(table.contains("own-session"), "{table}");
+    assert!(table.contains("grandchild"), "{table}");
+}
+
+#[test]
+fn a_suite_without_a_placeholder_is_refused() {
+    let out = run_reaper(["check", "--suite", "--", "true"]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(stderr(&out).contains("{}"), "{}", stderr(&out));
+}
