@@ -44,9 +44,10 @@ libc = ctypes.CDLL(None, use_errno=True)
 r = libc.syscall(249, b"user", b"reaper-vm-test", b"callout", ctypes.c_int(-2))
 print("request_key:", r, ctypes.get_errno())'
 
-# sandboxed MODE SCRIPT: the script as root in the sandbox, with the work directory declared.
+# sandboxed MODE SCRIPT: the script as root in the sandbox, in the work directory, declared (the
+# scenario's own directory is under /tmp, which root's sandbox has a private one of).
 sandboxed() {
-  reaper run -q --timeout 60s "$1" --sandbox-rw "$work" -- sh -c "$2" 2>&1
+  (cd "$work" && reaper run -q --timeout 60s "$1" --sandbox-rw "$work" -- sh -c "$2" 2>&1)
 }
 
 # --- kernel.modprobe
