@@ -55,7 +55,10 @@ impl Command {
 
 async fn spawn(cmd: &mut Command) -> Result<Child, Error> {
     let requests = cmd.requests.clone().unwrap_or_default();
-    let (run, pipes) = Run::start(cmd).await?;
+    let mut spec = cmd.spec();
+    let started = Run::start(&mut spec).await;
+    cmd.take_back(spec);
+    let (run, pipes) = started?;
     let leader = run.leader_pid();
     let warning = run.warning.clone();
     let io = |e: std::io::Error| Error::Spawn {

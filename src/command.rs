@@ -1,12 +1,13 @@
 //! [`Command`]: what to run and how to contain it, built like `std::process::Command`.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::options::{ContainOptions, Containment, Delegation, Options, Sandbox, SandboxAccess};
+use crate::containment::{Containment, Delegation, Sandbox, SandboxAccess};
+use crate::options::{ContainOptions, Options};
+use crate::run::{Spec, Stdio};
 use crate::supervise::{Plan, Requests, StopSpec, Target};
 use crate::{EventSink, Guardian, Limits, Signal};
 
@@ -44,32 +45,6 @@ pub struct Command {
     pub(crate) requests: Option<Requests>,
     pub(crate) events: EventSink,
     pub(crate) request_id: Option<String>,
-}
-
-/// Where one of the leader's standard streams goes.
-#[derive(Debug, Default)]
-pub enum Stdio {
-    /// This process's own.
-    #[default]
-    Inherit,
-    /// `/dev/null`.
-    Null,
-    /// A pipe whose other end is the [`Child`](crate::Child)'s `stdin`, `stdout` or `stderr`.
-    Piped,
-    /// This file descriptor.
-    Fd(OwnedFd),
-}
-
-impl From<OwnedFd> for Stdio {
-    fn from(fd: OwnedFd) -> Stdio {
-        Stdio::Fd(fd)
-    }
-}
-
-impl From<std::fs::File> for Stdio {
-    fn from(f: std::fs::File) -> Stdio {
-        Stdio::Fd(f.into())
-    }
 }
 
 /// The grace a [`Command`] gets unless told otherwise, as `reaper run`'s `--grace`.
@@ -305,6 +280,31 @@ impl Command {
     pub fn request_id(&mut self, id: impl Into<String>) -> &mut Self {
         self.request_id = Some(id.into());
         self
+    }
+
+    /// What the run layer starts: this command's own input to it. The standard streams are
+    /// moved in; [`Command::take_back`] returns what the start left of them.
+    pub(crate) fn spec(&mut self) -> Spec {
+        Spec {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+            env_clear: self.env_clear,
+            cwd: self.cwd.clone(),
+            stdio: std::mem::take(&mut self.stdio),
+            terminal: self.terminal,
+            options: self.options.clone(),
+            events: self.events.clone(),
+            timeout: self.plan.timeout,
+            stop_signal: self.plan.stop.first,
+            grace: self.plan.stop.grace,
+            request_id: self.request_id.clone(),
+        }
+    }
+
+    /// The standard streams a start did not take (a pipe or a descriptor it used is gone).
+    pub(crate) fn take_back(&mut self, spec: Spec) {
+        self.stdio = spec.stdio;
     }
 
     /// The program, as given.

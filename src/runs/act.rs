@@ -29,10 +29,10 @@ use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
 use super::dir::Dir;
-use super::id::{RunId, RUN_ID_ENV};
 use super::record::{self, How, Names, Owner, Phase};
 use super::view::RunStatus;
 use crate::containment::{self, sigstop, Process};
+use crate::naming::{RunId, RUN_ID_ENV};
 
 /// Options of [`end`].
 #[derive(Debug, Clone, Copy)]

@@ -16,7 +16,7 @@ use reaper_platform::linux::{cgroup::Cgroup, procfs};
 use serde::{Deserialize, Serialize};
 
 use super::dir::Dir;
-use super::id::RunId;
+use crate::naming::RunId;
 use crate::{Limits, StopReason};
 
 /// The record's format; a reader skips records of another.
@@ -299,7 +299,7 @@ pub(crate) fn cgroup_of(record: &RunRecord, file_uid: u32) -> Option<Cgroup> {
     let name = dir.file_name()?.to_str()?;
     let id = record.id;
     let named = match record.phase {
-        Phase::Kept => name == format!("{}kept-{}", place::PREFIX, id),
+        Phase::Kept => name == id.kept_cgroup_name(),
         _ => name == id.cgroup_name(),
     };
     if !named {

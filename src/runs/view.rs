@@ -8,8 +8,8 @@ use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::{controllers, procfs};
 use serde::Serialize;
 
-use super::id::{RunId, RUN_ID_ENV};
 use super::record::{self, Found, Owner, Phase, RunRecord};
+use crate::naming::{RunId, RUN_ID_ENV};
 use crate::StopReason;
 
 /// Where a run is, as the host shows it now.

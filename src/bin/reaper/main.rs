@@ -24,6 +24,7 @@ mod mcp;
 #[cfg(test)]
 mod plans_tests;
 mod timeout;
+mod units;
 
 use clap::{Parser, Subcommand};
 

@@ -106,10 +106,7 @@ impl CgroupBackend {
                 .on(self.cgroup.path())
             })?
             .to_owned();
-        let name = format!(
-            "reaper-kept-{}",
-            self.cgroup.name().trim_start_matches("reaper-")
-        );
+        let name = crate::naming::kept_name(self.cgroup.name());
         let kept = Cgroup::create(&parent, &name)?;
         // Frozen processes cannot fork, so the set being moved holds still; each thaws as it
         // lands in the (unfrozen) kept cgroup.

@@ -7,8 +7,8 @@ use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::{procfs, signal};
 use tokio::time::Instant;
 
-use super::place::{me, owner_of};
 use crate::error::{ContainError as Error, ContainErrorKind as Kind};
+use crate::naming::{me, owner_of};
 
 /// Removes run cgroups under `dir` whose owning reaper is provably gone: kills what is left in
 /// them, waits (until `deadline`) for them to empty, removes them. Returns the paths removed.
@@ -55,7 +55,6 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
                 owner.pid
             );
             removed.push(cg.path().to_owned());
-            crate::runs::record::forget(&name);
         }
     }
     tracing::debug!(

@@ -316,7 +316,7 @@ fn missing(store: &Store, id: &str, limits: &Limits) -> ErrorData {
             "Failed to retrieve task: Task has expired: {why} (results are kept {}s after a \
              task ends and {} in all)",
             limits.retain.as_secs(),
-            crate::cli::parse::show_size(limits.finished_bytes as u64)
+            crate::units::show_size(limits.finished_bytes as u64)
         ),
         None => format!("Failed to retrieve task: Task not found: no task has the id {id:?}"),
     };
