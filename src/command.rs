@@ -45,6 +45,10 @@ pub struct Command {
     pub(crate) requests: Option<Requests>,
     pub(crate) events: EventSink,
     pub(crate) request_id: Option<String>,
+    /// Stop the run when this process's parent exits ([`Command::end_on_parent_death`]).
+    pub(crate) end_on_parent_death: bool,
+    /// Relay this process's stdin to the leader's ([`Command::end_on_stdin_eof`]).
+    pub(crate) relay_stdin: bool,
 }
 
 /// The grace a [`Command`] gets unless told otherwise, as `reaper run`'s `--grace`.
@@ -77,6 +81,8 @@ impl Command {
             requests: None,
             events: EventSink::none(),
             request_id: None,
+            end_on_parent_death: false,
+            relay_stdin: false,
         }
     }
 
@@ -259,6 +265,27 @@ impl Command {
     /// [`Command::grace`] and [`Command::stop_signal`] set).
     pub fn plan(&mut self, plan: Plan) -> &mut Self {
         self.plan = plan;
+        self
+    }
+
+    /// Stops the run ([`crate::StopReason::ParentDied`]) when this process's parent *process*
+    /// exits, with the plan's `parent_death_grace` at most (see [`crate::watch::Parent`]: the
+    /// parent [`crate::watch::remember_parent`] saw, else the one at the spawn). The spawn
+    /// fails ([`crate::Error::Spawn`]) when the parent cannot be watched, or is already gone.
+    pub fn end_on_parent_death(&mut self) -> &mut Self {
+        self.end_on_parent_death = true;
+        self
+    }
+
+    /// Relays this process's stdin to the leader's (which becomes a pipe), and when it reaches
+    /// EOF or its writer hangs up, closes the leader's stdin and gives the leader `grace` to
+    /// exit by itself before the run stops ([`crate::StopReason::StdinEof`]); see
+    /// [`crate::watch::relay_stdin`]. For a command whose client going away must end it. When
+    /// no relay can be started, the leader's stdin is closed and there is no EOF to act on.
+    pub fn end_on_stdin_eof(&mut self, grace: Duration) -> &mut Self {
+        self.plan.stdin_eof = Some(grace);
+        self.stdio[0] = Stdio::Piped;
+        self.relay_stdin = true;
         self
     }
 
