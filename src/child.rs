@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use crate::run::Run;
-use crate::supervise::{Request, Sender, Step, Supervisor};
+use crate::supervise::{Request, Sender, Step};
+use crate::supervisor::Supervisor;
 use crate::{BackendKind, Command, Error, Escapee, Limits, Outcome, Process, Signal};
 
 /// A running command and its whole tree, contained.

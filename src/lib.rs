@@ -89,6 +89,7 @@ mod run;
 #[cfg(target_os = "linux")]
 pub mod runs;
 pub mod supervise;
+mod supervisor;
 pub mod watch;
 
 pub use child::Child;
