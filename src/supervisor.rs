@@ -14,7 +14,7 @@ use crate::{Event, Outcome, StopReason};
 
 /// Where the supervision is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Phase {
+enum Stage {
     Running,
     /// The stdin EOF came: the leader may still exit by itself until then.
     Allowance(Instant),
@@ -31,7 +31,7 @@ pub(crate) struct Supervisor {
     pub(crate) run: Run,
     plan: Plan,
     requests: Requests,
-    phase: Phase,
+    stage: Stage,
     timeout_at: Option<Instant>,
     received: Option<Signal>,
     /// A [`Request::Kill`] came: the stop is SIGKILL to the tree, now.
@@ -50,7 +50,7 @@ impl Supervisor {
             run,
             plan,
             requests,
-            phase: Phase::Running,
+            stage: Stage::Running,
             timeout_at,
             received: None,
             kill: false,
@@ -74,16 +74,16 @@ impl Supervisor {
     /// the same at once.
     pub async fn step(&mut self) -> Step {
         loop {
-            match self.phase {
-                Phase::Decided(r) | Phase::Stopped(r) => return Step::Stop(r),
-                Phase::Exited => {
-                    self.phase = if self.plan.linger.is_zero() {
-                        Phase::Decided(StopReason::Exited)
+            match self.stage {
+                Stage::Decided(r) | Stage::Stopped(r) => return Step::Stop(r),
+                Stage::Exited => {
+                    self.stage = if self.plan.linger.is_zero() {
+                        Stage::Decided(StopReason::Exited)
                     } else {
-                        Phase::Lingering(far(self.plan.linger))
+                        Stage::Lingering(far(self.plan.linger))
                     };
                 }
-                Phase::Running | Phase::Allowance(_) | Phase::Lingering(_) => {
+                Stage::Running | Stage::Allowance(_) | Stage::Lingering(_) => {
                     if let Some(step) = self.wait().await {
                         return step;
                     }
@@ -92,7 +92,7 @@ impl Supervisor {
         }
     }
 
-    /// One wait of a waiting phase; `None` when the supervision goes on.
+    /// One wait of a waiting stage; `None` when the supervision goes on.
     async fn wait(&mut self) -> Option<Step> {
         enum Woke {
             LeaderExited,
@@ -101,22 +101,22 @@ impl Supervisor {
             Timeout,
             Request(Asked),
         }
-        let phase = self.phase;
-        let timeout_at = match phase {
-            Phase::Lingering(_) if !self.plan.timeout_ends_linger => None,
+        let stage = self.stage;
+        let timeout_at = match stage {
+            Stage::Lingering(_) if !self.plan.timeout_ends_linger => None,
             _ => self.timeout_at,
         };
         let control = control_of(&self.run);
         let run = &mut self.run;
         let watch = async {
-            match phase {
-                Phase::Allowance(until) => {
+            match stage {
+                Stage::Allowance(until) => {
                     match tokio::time::timeout_at(until, run.wait_leader()).await {
                         Ok(_) => Woke::LeaderExited,
                         Err(_) => Woke::Over,
                     }
                 }
-                Phase::Lingering(until) => {
+                Stage::Lingering(until) => {
                     run.linger(until.saturating_duration_since(Instant::now()))
                         .await;
                     Woke::Over
@@ -132,9 +132,9 @@ impl Supervisor {
             _ = sleep_until(timeout_at) => Woke::Timeout,
             r = next(&self.requests, &control) => Woke::Request(r),
         };
-        match (woke, phase) {
-            (Woke::LeaderExited, Phase::Running) => {
-                self.phase = Phase::Exited;
+        match (woke, stage) {
+            (Woke::LeaderExited, Stage::Running) => {
+                self.stage = Stage::Exited;
                 #[cfg(target_os = "linux")]
                 if !self.plan.linger.is_zero() {
                     self.run.set_phase(crate::runs::Phase::Lingering, None);
@@ -143,10 +143,10 @@ impl Supervisor {
             }
             // After a stdin EOF the leader's own exit ends the run as an exit, with no linger.
             (Woke::LeaderExited, _) => {
-                self.phase = Phase::Decided(StopReason::Exited);
+                self.stage = Stage::Decided(StopReason::Exited);
                 Some(Step::LeaderExited)
             }
-            (Woke::Over, Phase::Allowance(_)) => self.decide(StopReason::StdinEof),
+            (Woke::Over, Stage::Allowance(_)) => self.decide(StopReason::StdinEof),
             (Woke::Over, _) => self.decide(StopReason::Exited),
             (Woke::Timeout, _) => self.decide(StopReason::Timeout),
             (Woke::Request(r), _) => self.request(r),
@@ -184,10 +184,10 @@ impl Supervisor {
                 self.decide(StopReason::Cancel)
             }
             Request::ParentDied => self.decide(StopReason::ParentDied),
-            Request::StdinEof => match (self.phase, self.plan.stdin_eof) {
-                (Phase::Running, Some(allowance)) => {
+            Request::StdinEof => match (self.stage, self.plan.stdin_eof) {
+                (Stage::Running, Some(allowance)) => {
                     self.run.sink.emit(Event::StdinEof);
-                    self.phase = Phase::Allowance(far(allowance));
+                    self.stage = Stage::Allowance(far(allowance));
                     None
                 }
                 _ => None,
@@ -245,7 +245,7 @@ impl Supervisor {
             self.run
                 .set_phase(crate::runs::Phase::Stopping, Some(reason));
         }
-        self.phase = Phase::Decided(reason);
+        self.stage = Stage::Decided(reason);
         Some(Step::Stop(reason))
     }
 
@@ -258,7 +258,7 @@ impl Supervisor {
                 Step::LeaderExited => {}
             }
         };
-        if matches!(self.phase, Phase::Stopped(_)) {
+        if matches!(self.stage, Stage::Stopped(_)) {
             return;
         }
         let mut reason = reason;
@@ -297,8 +297,8 @@ impl Supervisor {
                 // The rest of the tree already had the signal, if it was sent to all: what is
                 // left of its grace, then SIGKILL. After -k: SIGKILL at once.
                 spec = match end {
-                    PhaseEnd::KillAfter => StopSpec::KILL,
-                    PhaseEnd::LeaderExited {
+                    StageEnd::KillAfter => StopSpec::KILL,
+                    StageEnd::LeaderExited {
                         signalled_all: true,
                         left,
                     } => StopSpec {
@@ -306,7 +306,7 @@ impl Supervisor {
                         to: Target::Tree,
                         grace: left,
                     },
-                    PhaseEnd::LeaderExited {
+                    StageEnd::LeaderExited {
                         signalled_all: false,
                         left,
                     } => StopSpec {
@@ -349,7 +349,7 @@ impl Supervisor {
             }
             _ => self.run.stop(spec.first, spec.grace, cut_short).await,
         }
-        self.phase = Phase::Stopped(reason);
+        self.stage = Stage::Stopped(reason);
     }
 
     /// timeout(1) after its timeout or a signal to reaper: the signal (the `-s` one, or the one
@@ -363,7 +363,7 @@ impl Supervisor {
         kill_after: Option<Duration>,
         foreground: bool,
         announce: Option<&Announce>,
-    ) -> (PhaseEnd, bool) {
+    ) -> (StageEnd, bool) {
         let say = |sig: Option<Signal>| {
             if let Some(a) = announce {
                 a(sig)
@@ -393,11 +393,11 @@ impl Supervisor {
                         let left = kill_at.map_or(self.plan.stop.grace, |t| {
                             t.saturating_duration_since(Instant::now())
                         });
-                        return (PhaseEnd::LeaderExited { signalled_all, left }, timed_out);
+                        return (StageEnd::LeaderExited { signalled_all, left }, timed_out);
                     }
                     _ = sleep_until(kill_at) => {
                         say(Some(Signal::KILL));
-                        return (PhaseEnd::KillAfter, timed_out);
+                        return (StageEnd::KillAfter, timed_out);
                     }
                     _ = sleep_until(timeout_at) => {
                         timeout_pending = false;
@@ -407,7 +407,7 @@ impl Supervisor {
                     }
                     r = next(&self.requests, &control) => match r {
                         Asked::Outside(StopReason::Killed) => {
-                            return (PhaseEnd::KillAfter, timed_out)
+                            return (StageEnd::KillAfter, timed_out)
                         }
                         Asked::Outside(_) => {}
                         Asked::Request(Request::Signal(s)) if s == Signal::ALARM => {
@@ -420,7 +420,7 @@ impl Supervisor {
                             sig = Some(s);
                             break;
                         }
-                        Asked::Request(Request::Kill) => return (PhaseEnd::KillAfter, timed_out),
+                        Asked::Request(Request::Kill) => return (StageEnd::KillAfter, timed_out),
                         Asked::Request(_) => {}
                     },
                 }
@@ -432,8 +432,8 @@ impl Supervisor {
     /// containment and returns the one outcome.
     pub async fn finish(mut self) -> Outcome {
         self.stop().await;
-        let reason = match self.phase {
-            Phase::Stopped(r) | Phase::Decided(r) => r,
+        let reason = match self.stage {
+            Stage::Stopped(r) | Stage::Decided(r) => r,
             _ => StopReason::Exited,
         };
         self.run.finish(reason, self.received).await
@@ -441,7 +441,7 @@ impl Supervisor {
 }
 
 /// How timeout(1)'s wait for COMMAND ended.
-enum PhaseEnd {
+enum StageEnd {
     /// `-k` passed with COMMAND still running: everything is SIGKILLed now.
     KillAfter,
     /// COMMAND exited. `signalled_all`: the rest of the tree had the signal too; `left`: the
