@@ -1,13 +1,8 @@
 //! Backend selection: which containment a run gets (`auto`, an explicit backend, the fallback
-//! from cgroup to subreaper and its reason), and the stale-cgroup sweep before the first run
-//! cgroup. `run`, `check`, `mcp` and `doctor` all choose here.
+//! from cgroup to subreaper and its reason), made from a [`Request`]. `run`, `check`, `mcp` and
+//! `doctor` all choose here.
 
 mod any;
-
-use std::time::Duration;
-
-#[cfg(target_os = "linux")]
-use tokio::time::Instant;
 
 #[cfg(target_os = "linux")]
 use super::cgroup::{create, delegate, limits, place, stale, CgroupBackend};
@@ -16,14 +11,6 @@ use super::pgid::{PgidBackend, Schedule};
 use super::subreaper::SubreaperBackend;
 use super::{Backend, BackendKind, Containment, Error, Kind, Request};
 pub use any::AnyBackend;
-
-/// pgid backend: how often the process table is read right after the spawn and while the tree
-/// is changing (backing off to `--poll` when it is quiet), and the fastest `--poll` allowed.
-const POLL_FAST: Duration = Duration::from_millis(5);
-const POLL_MIN: Duration = Duration::from_millis(1);
-/// How long the stale-cgroup sweep waits for a stale cgroup to empty.
-#[cfg(target_os = "linux")]
-const SWEEP_DEADLINE: Duration = Duration::from_secs(1);
 
 /// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
 /// (or pgid) and says why in the returned warning.
@@ -174,7 +161,7 @@ async fn cgroup(req: &Request) -> Result<CgroupBackend, Error> {
         limits::enable(&placement, &enable)?;
     }
     let mut backend = CgroupBackend::new(create::create_run_cgroup(&placement)?)?;
-    sweep_once(&placement.dir, req.forget_stale);
+    stale::sweep_once(&placement.dir, req.forget_stale);
     // The watcher is this process's child outside every run cgroup, like an orphan of the
     // run: never one of its processes.
     if let Some(w) = &req.watcher {
@@ -218,7 +205,7 @@ fn subreaper(req: &Request) -> Result<SubreaperBackend, Error> {
 fn pgid(req: &Request) -> Result<PgidBackend, Error> {
     #[cfg(target_os = "linux")]
     foreign_proc("pgid")?;
-    let schedule = Schedule::new(POLL_FAST, req.poll.max(POLL_MIN));
+    let schedule = Schedule::backing_off_to(req.poll);
     PgidBackend::new(schedule).map_err(|e| {
         Error::new(
             Kind::NoProcessTable,
@@ -283,42 +270,6 @@ fn foreign_proc(backend: &str) -> Result<(), Error> {
         ));
     }
     Ok(())
-}
-
-/// The stale sweep of this process, while it runs.
-#[cfg(target_os = "linux")]
-static SWEEP: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
-
-/// Stale cgroups are swept once per reaper process, under the first parent it uses, once a run
-/// cgroup was made there (where reaper cannot write, nothing could be removed anyway). In the
-/// background: a stale cgroup that cannot be emptied (a process in uninterruptible sleep, a
-/// frozen one) must not delay the run; [`sweep_finished`] waits for it.
-#[cfg(target_os = "linux")]
-fn sweep_once(dir: &std::path::Path, forget: fn(&str)) {
-    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
-        let dir = dir.to_owned();
-        let task = tokio::spawn(async move {
-            for removed in stale::sweep_stale(&dir, Instant::now() + SWEEP_DEADLINE).await {
-                if let Some(name) = removed.file_name().and_then(|n| n.to_str()) {
-                    forget(name);
-                }
-            }
-        });
-        *SWEEP.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
-    }
-}
-
-/// Waits for the stale sweep this process started, if it still runs (at most its deadline), so
-/// that reaper does not exit in the middle of it.
-pub async fn sweep_finished() {
-    #[cfg(target_os = "linux")]
-    {
-        let task = SWEEP.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(t) = task {
-            let _ = t.await;
-        }
-    }
 }
 
 /// Whether concurrent runs in this process get trees of their own. They do with cgroups; the
