@@ -11,7 +11,8 @@
 
 use std::process::Command;
 
-use reaper_platform::linux::{procfs, reap, subreaper};
+use reaper_platform::linux::{procfs, subreaper};
+use reaper_platform::reap;
 use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;

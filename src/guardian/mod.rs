@@ -63,8 +63,9 @@ use std::sync::{Arc, Mutex};
 
 use reaper_platform::linux::detach::{self, Forked, SelfStat};
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::linux::procfs;
 use reaper_platform::Signal;
+use reaper_platform::{reap, signal};
 
 pub use crate::error::GuardianError;
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{detach, procfs, signal};
+use reaper_platform::linux::{detach, procfs};
+use reaper_platform::signal;
 use reaper_platform::Signal;
 
 use crate::containment::cgroup::stale;

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::linux::procfs;
 use reaper_platform::Signal;
+use reaper_platform::{reap, signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 

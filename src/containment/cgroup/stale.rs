@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use reaper_platform::linux::cgroup::Cgroup;
-use reaper_platform::linux::{procfs, signal};
+use reaper_platform::linux::procfs;
+use reaper_platform::signal;
 use tokio::time::Instant;
 
 use crate::error::{ContainError as Error, ContainErrorKind as Kind};
