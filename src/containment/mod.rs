@@ -5,7 +5,7 @@
 //! | backend     | finds every descendant by                      | kills by                          |
 //! |-------------|------------------------------------------------|-----------------------------------|
 //! | `cgroup`    | the kernel: the run's own cgroup v2, plus the  | `cgroup.kill` (atomic vs fork);   |
-//! |             | descendants that left it (escapees)            | escapees: SIGSTOP sweep, SIGKILL  |
+//! |             | descendants that left it (escapees)            | escapees: SIGSTOP pass, SIGKILL   |
 //! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGKILL each as found, repeat     |
 //! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
 //! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
@@ -63,7 +63,7 @@ pub(crate) trait Watcher: Send + Sync {
 /// What a backend can do, so callers ask for an ability and never for a backend by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// One kill reaches every member at once, even a fork storm (`cgroup.kill`): no sweep to
+    /// One kill reaches every member at once, even a fork storm (`cgroup.kill`): no pass to
     /// repeat while forks outrun it.
     pub atomic_kill: bool,
     /// `is_empty` is the kernel's own answer (`populated`), not a look at `/proc` that can
@@ -108,7 +108,7 @@ pub trait Backend {
     }
     /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
     fn signal_all(&self, sig: Signal) -> Vec<Process>;
-    /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
+    /// One SIGKILL pass over the whole run; returns the processes it killed (as far as known).
     fn kill_all(&self) -> Vec<Process>;
     /// Waits until no live process is left, or the deadline passes (then `false`).
     async fn wait_empty(&mut self, deadline: Instant) -> bool;

@@ -369,7 +369,7 @@ impl Backend for PgidBackend {
         let mut s = lock(&self.shared);
         let stopped = super::sigstop::stop(|round| {
             // The first round starts from the last look's members (the stop sequence looked
-            // just before): a stopped process stays findable, and the sweep ends only when a
+            // just before): a stopped process stays findable, and the pass ends only when a
             // look of its own finds nobody new. Saves one whole-table read per stop.
             let members = if round == 0 && !s.last.is_empty() {
                 s.last.clone()
