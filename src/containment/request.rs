@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Watcher;
+use super::{BackendKind, Watcher};
 use crate::limits::Limits;
 
 /// Which containment a run asks for. What each does *not* contain is said at each variant.
@@ -29,6 +29,18 @@ pub enum Containment {
     /// the process table. Does not contain: a process that double-forks and calls `setsid()`
     /// between two looks (see `poll`), nor anything once this process is SIGKILLed.
     Pgid,
+}
+
+impl Containment {
+    /// The backend asked for by name; `None` for `Auto`, which [`super::select`] picks.
+    pub(crate) fn backend(self) -> Option<BackendKind> {
+        match self {
+            Containment::Auto => None,
+            Containment::Cgroup => Some(BackendKind::Cgroup),
+            Containment::Subreaper => Some(BackendKind::Subreaper),
+            Containment::Pgid => Some(BackendKind::Pgid),
+        }
+    }
 }
 
 /// A sandbox: a tree that cannot leave its cgroup, nor make anything outside it run code, even

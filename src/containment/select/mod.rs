@@ -15,13 +15,10 @@ pub use any::AnyBackend;
 /// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
 /// (or pgid) and says why in the returned warning.
 pub async fn contain(req: &Request) -> Result<(AnyBackend, Option<String>), Error> {
-    let (kind, label) = match req.containment {
-        Containment::Auto => return auto(req).await,
-        Containment::Cgroup => (BackendKind::Cgroup, "cgroup"),
-        Containment::Subreaper => (BackendKind::Subreaper, "subreaper"),
-        Containment::Pgid => (BackendKind::Pgid, "pgid"),
-    };
-    make(kind, req, label).await.map(|b| (b, None))
+    match req.containment.backend() {
+        None => auto(req).await,
+        Some(kind) => make(kind, req, kind.as_str()).await.map(|b| (b, None)),
+    }
 }
 
 /// The backends `auto` tries, in order: the first that works is the run's. Without
