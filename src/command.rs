@@ -281,7 +281,9 @@ impl Command {
     /// EOF or its writer hangs up, closes the leader's stdin and gives the leader `grace` to
     /// exit by itself before the run stops ([`crate::StopReason::StdinEof`]); see
     /// [`crate::watch::relay_stdin`]. For a command whose client going away must end it. When
-    /// no relay can be started, the leader's stdin is closed and there is no EOF to act on.
+    /// no relay can be started, the leader's stdin is closed and there is no EOF to act on. The
+    /// leader's stdin is the relay's (a later [`Command::stdin`] replaces it: nothing is relayed
+    /// then), so [`Child::stdin`](crate::Child) is `None`.
     pub fn end_on_stdin_eof(&mut self, grace: Duration) -> &mut Self {
         self.plan.stdin_eof = Some(grace);
         self.stdio[0] = Stdio::Piped;
