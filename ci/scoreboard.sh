@@ -5,6 +5,8 @@
 #   ci/scoreboard.sh            all wrappers (about 15 minutes)
 #   ci/scoreboard.sh NAME…      only the wrappers whose name contains NAME (docs/check.md untouched)
 #   SCOREBOARD_CASES=setsid,daemon ci/scoreboard.sh   only those cases (`--only`), faster
+#   SCOREBOARD_JOBS=4 ci/scoreboard.sh   four wrappers' suites at once (the machine's load can
+#                                        then turn a slow return into `ignored`)
 # Installs dumb-init with apt when it is missing; the MCP SDKs and the Codex CLI come from
 # ci/install-deps.sh's cache (a wrapper whose program is missing is listed as not measured).
 set -euo pipefail
@@ -54,10 +56,16 @@ for w in "${wrappers[@]}"; do
   fi
   echo "==> $name: $cmd"
   read -ra argv <<<"$cmd"
-  status=0
-  "$reaper" check --suite --json --settle 500ms ${SCOREBOARD_CASES:+--only "$SCOREBOARD_CASES"} -- "${argv[@]}" >"$out/$i.json" || status=$?
-  echo "    exit $status"
+  # Each wrapper's suite is independent (its own trees, sentinels and groups): up to
+  # SCOREBOARD_JOBS of them at once, each mostly waiting on its ends.
+  while [ "$(jobs -rp | wc -l)" -ge "${SCOREBOARD_JOBS:-1}" ]; do wait -n || :; done
+  (
+    status=0
+    "$reaper" check --suite --json --settle 500ms ${SCOREBOARD_CASES:+--only "$SCOREBOARD_CASES"} -- "${argv[@]}" >"$out/$i.json" || status=$?
+    echo "    $name: exit $status"
+  ) &
 done
+wait
 
 machine="$(uname -srm), $(nproc) CPUs, $(. /etc/os-release && echo "$PRETTY_NAME")"
 machine+=", $("$reaper" doctor --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["cgroup_mode"] + " cgroups, auto backend " + d["auto_backend"])' 2>/dev/null || echo '?')"

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use crate::run::Run;
-use crate::supervise::{Request, Sender, Step, Supervisor};
+use crate::supervise::{Request, Sender, Step};
+use crate::supervisor::Supervisor;
 use crate::{BackendKind, Command, Error, Escapee, Limits, Outcome, Process, Signal};
 
 /// A running command and its whole tree, contained.
@@ -54,14 +55,47 @@ impl Command {
 }
 
 async fn spawn(cmd: &mut Command) -> Result<Child, Error> {
-    let requests = cmd.requests.clone().unwrap_or_default();
-    let (run, pipes) = Run::start(cmd).await?;
+    let mut requests = cmd.requests.clone().unwrap_or_default();
+    let program = || cmd.program.to_string_lossy().into_owned();
+    // Before the spawn: a parent already gone stops the run from starting.
+    let parent = match cmd.end_on_parent_death {
+        true => Some(crate::watch::Parent::start().map_err(|e| Error::Spawn {
+            program: program(),
+            source: std::io::Error::other(e),
+        })?),
+        false => None,
+    };
+    let mut spec = cmd.spec();
+    let started = Run::start(&mut spec).await;
+    cmd.take_back(spec);
+    let (run, pipes) = started?;
     let leader = run.leader_pid();
     let warning = run.warning.clone();
     let io = |e: std::io::Error| Error::Spawn {
         program: cmd.program.to_string_lossy().into_owned(),
         source: e,
     };
+    if let Some(mut parent) = parent {
+        let died = async move {
+            if let Err(e) = parent.died().await {
+                tracing::warn!("cannot watch this process's parent any more ({e}): the run no longer ends with it");
+                std::future::pending::<()>().await;
+            }
+        };
+        requests.on(died, Request::ParentDied);
+    }
+    let mut pipes = pipes;
+    if cmd.relay_stdin {
+        if let Some(to_child) = pipes.stdin.take() {
+            let unwatched = |e| {
+                tracing::warn!("cannot watch stdin for a hang-up ({e}): only its EOF ends the run")
+            };
+            match crate::watch::relay_stdin(to_child.into(), unwatched) {
+                Ok(eof) => requests.on(eof, Request::StdinEof),
+                Err(e) => tracing::warn!("cannot relay stdin ({e}): the leader's stdin is closed"),
+            }
+        }
+    }
     let stdin = pipes
         .stdin
         .map(tokio::process::ChildStdin::from_std)

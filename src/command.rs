@@ -1,12 +1,13 @@
 //! [`Command`]: what to run and how to contain it, built like `std::process::Command`.
 
 use std::ffi::{OsStr, OsString};
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::options::{ContainOptions, Containment, Delegation, Options, Sandbox, SandboxAccess};
+use crate::containment::{Containment, Delegation, Sandbox, SandboxAccess};
+use crate::options::{ContainOptions, Options};
+use crate::run::{Spec, Stdio};
 use crate::supervise::{Plan, Requests, StopSpec, Target};
 use crate::{EventSink, Guardian, Limits, Signal};
 
@@ -44,32 +45,10 @@ pub struct Command {
     pub(crate) requests: Option<Requests>,
     pub(crate) events: EventSink,
     pub(crate) request_id: Option<String>,
-}
-
-/// Where one of the leader's standard streams goes.
-#[derive(Debug, Default)]
-pub enum Stdio {
-    /// This process's own.
-    #[default]
-    Inherit,
-    /// `/dev/null`.
-    Null,
-    /// A pipe whose other end is the [`Child`](crate::Child)'s `stdin`, `stdout` or `stderr`.
-    Piped,
-    /// This file descriptor.
-    Fd(OwnedFd),
-}
-
-impl From<OwnedFd> for Stdio {
-    fn from(fd: OwnedFd) -> Stdio {
-        Stdio::Fd(fd)
-    }
-}
-
-impl From<std::fs::File> for Stdio {
-    fn from(f: std::fs::File) -> Stdio {
-        Stdio::Fd(f.into())
-    }
+    /// Stop the run when this process's parent exits ([`Command::end_on_parent_death`]).
+    pub(crate) end_on_parent_death: bool,
+    /// Relay this process's stdin to the leader's ([`Command::end_on_stdin_eof`]).
+    pub(crate) relay_stdin: bool,
 }
 
 /// The grace a [`Command`] gets unless told otherwise, as `reaper run`'s `--grace`.
@@ -102,6 +81,8 @@ impl Command {
             requests: None,
             events: EventSink::none(),
             request_id: None,
+            end_on_parent_death: false,
+            relay_stdin: false,
         }
     }
 
@@ -287,6 +268,29 @@ impl Command {
         self
     }
 
+    /// Stops the run ([`crate::StopReason::ParentDied`]) when this process's parent *process*
+    /// exits, with the plan's `parent_death_grace` at most (see [`crate::watch::Parent`]: the
+    /// parent [`crate::watch::remember_parent`] saw, else the one at the spawn). The spawn
+    /// fails ([`crate::Error::Spawn`]) when the parent cannot be watched, or is already gone.
+    pub fn end_on_parent_death(&mut self) -> &mut Self {
+        self.end_on_parent_death = true;
+        self
+    }
+
+    /// Relays this process's stdin to the leader's (which becomes a pipe), and when it reaches
+    /// EOF or its writer hangs up, closes the leader's stdin and gives the leader `grace` to
+    /// exit by itself before the run stops ([`crate::StopReason::StdinEof`]); see
+    /// [`crate::watch::relay_stdin`]. For a command whose client going away must end it. When
+    /// no relay can be started, the leader's stdin is closed and there is no EOF to act on. The
+    /// leader's stdin is the relay's (a later [`Command::stdin`] replaces it: nothing is relayed
+    /// then), so [`Child::stdin`](crate::Child) is `None`.
+    pub fn end_on_stdin_eof(&mut self, grace: Duration) -> &mut Self {
+        self.plan.stdin_eof = Some(grace);
+        self.stdio[0] = Stdio::Piped;
+        self.relay_stdin = true;
+        self
+    }
+
     /// Where stop requests come from besides the [`Child`](crate::Child)'s own methods (signals to this
     /// process, a client's cancel, …).
     pub fn requests(&mut self, requests: Requests) -> &mut Self {
@@ -305,6 +309,31 @@ impl Command {
     pub fn request_id(&mut self, id: impl Into<String>) -> &mut Self {
         self.request_id = Some(id.into());
         self
+    }
+
+    /// What the run layer starts: this command's own input to it. The standard streams are
+    /// moved in; [`Command::take_back`] returns what the start left of them.
+    pub(crate) fn spec(&mut self) -> Spec {
+        Spec {
+            program: self.program.clone(),
+            args: self.args.clone(),
+            env: self.env.clone(),
+            env_clear: self.env_clear,
+            cwd: self.cwd.clone(),
+            stdio: std::mem::take(&mut self.stdio),
+            terminal: self.terminal,
+            options: self.options.clone(),
+            events: self.events.clone(),
+            timeout: self.plan.timeout,
+            stop_signal: self.plan.stop.first,
+            grace: self.plan.stop.grace,
+            request_id: self.request_id.clone(),
+        }
+    }
+
+    /// The standard streams a start did not take (a pipe or a descriptor it used is gone).
+    pub(crate) fn take_back(&mut self, spec: Spec) {
+        self.stdio = spec.stdio;
     }
 
     /// The program, as given.

@@ -80,6 +80,8 @@ mod guardian;
 mod guardian;
 pub mod host;
 mod limits;
+#[cfg(target_os = "linux")]
+mod naming;
 mod options;
 mod outcome;
 mod process;
@@ -87,19 +89,23 @@ mod run;
 #[cfg(target_os = "linux")]
 pub mod runs;
 pub mod supervise;
+mod supervisor;
+pub mod watch;
 
 pub use child::Child;
-pub use command::{Command, Stdio, DEFAULT_GRACE};
+pub use command::{Command, DEFAULT_GRACE};
+pub use containment::{Containment, Delegation, Sandbox, SandboxAccess};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
 pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxError};
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
-pub use options::{ContainOptions, Containment, Delegation, Sandbox, SandboxAccess};
+pub use options::ContainOptions;
 pub use outcome::{ExitStatus, Outcome, StopReason, TeardownError};
 pub use process::{BackendKind, Escapee, Identity, Process};
 pub use reaper_platform::Signal;
+pub use run::Stdio;
 
 /// Declares that every child of this process is reaper's to reap and contain: makes this
 /// process a child subreaper (orphans of a run come back to it, where the subreaper and pgid

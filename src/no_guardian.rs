@@ -29,7 +29,7 @@ impl Guardian {
     }
 
     /// Fails: the guardian is Linux-only.
-    pub fn exec(_program: &Path) -> Result<Arc<Guardian>, GuardianError> {
+    pub fn exec(_command: std::process::Command) -> Result<Arc<Guardian>, GuardianError> {
         Err(GuardianError::NotLinux)
     }
 

@@ -1,73 +1,13 @@
-//! How a run is contained: [`Containment`] (which backend), [`Sandbox`], [`Delegation`], and
-//! [`ContainOptions`], all of them as one value that many commands can share.
+//! [`ContainOptions`]: how a run is contained ([`Containment`], a [`Sandbox`], [`Delegation`],
+//! [`Limits`], a [`Guardian`]), as one value that many commands can share; what the containment
+//! layer is asked for is built from it ([`ContainOptions::request`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::containment::{self, Containment, Delegation, Sandbox, SandboxAccess};
 use crate::{Guardian, Limits};
-
-/// Which containment a run asks for. What each does *not* contain is said at each variant.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Containment {
-    /// `Cgroup` when a run cgroup can be made here, else `Subreaper` (Linux); `Pgid` on macOS.
-    /// With [`Limits`] it never falls back: a limit needs the cgroup.
-    #[default]
-    Auto,
-    /// A cgroup v2 of the run's own: the kernel holds every descendant, whatever it does with
-    /// `setsid`, and `cgroup.kill` kills them all at once, even a fork storm. Does not contain:
-    /// a process that leaves the cgroup (root can, and a user below a cgroup they own) once no
-    /// look saw it — use [`Sandbox`] where the command is not trusted with that.
-    Cgroup,
-    /// This process as child subreaper: orphans of the tree come back to it. Does not contain:
-    /// the tree if this process is SIGKILLed (there is no kernel object to name it by); and it
-    /// holds this process's whole subtree as one, so only with [`crate::own_every_child`].
-    Subreaper,
-    /// The leader's process group, and every group and session the tree was seen in, by polling
-    /// the process table. Does not contain: a process that double-forks and calls `setsid()`
-    /// between two looks (see `poll`), nor anything once this process is SIGKILLed.
-    Pgid,
-}
-
-/// A sandbox: a tree that cannot leave its cgroup, nor make anything outside it run code, even
-/// as root (Linux, cgroup backend).
-///
-/// For root, the sandbox's root is a stranger to the host: its ids are a range of unprivileged
-/// host ids of the run's own, so the host's files are "other" to it (it cannot write a file
-/// of root's, such as a program the kernel or a root service runs), and it can neither signal
-/// nor trace a process outside. Directories it must read or write as root are declared with
-/// [`ContainOptions::sandbox_path`]. Another user's sandbox keeps that user's own ids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sandbox {
-    /// User, mount and cgroup namespaces of the run's own, the cgroup file system, `/sys` and
-    /// `/proc/sys` read-only, the kernel's files in `/proc` masked, the run records hidden, no
-    /// new privileges, the capabilities that reach outside dropped, a seccomp filter (no
-    /// `clone3`, no new cgroup namespace), a session of its own.
-    On,
-    /// The same, and a PID namespace with its own `/proc`, the leader its PID 1: the tree sees
-    /// and signals nothing outside it.
-    Pid,
-}
-
-/// How a directory declared with [`ContainOptions::sandbox_path`] appears inside the sandbox.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SandboxAccess {
-    /// Read as this process reads it; never written.
-    ReadOnly,
-    /// Read and written as this process would.
-    ReadWrite,
-}
-
-/// Under systemd, whether reaper first asks the service manager for a delegated scope.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Delegation {
-    /// Under systemd, move this process into a scope of its own with `Delegate=yes` unless it
-    /// is in a delegated unit already (a normal user's session cgroup is not theirs to write).
-    #[default]
-    Auto,
-    /// Never ask systemd; create run cgroups where this process is.
-    Never,
-}
 
 /// How a run is contained: what [`Command`](crate::Command)'s containment setters set, as one
 /// value that many commands can share ([`Command::contain`](crate::Command::contain)): a server
@@ -88,12 +28,37 @@ pub struct ContainOptions {
 pub(crate) use ContainOptions as Options;
 
 impl ContainOptions {
-    /// What watches run cgroups from outside this process, if anything does.
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))] // only cgroups are watched
-    pub(crate) fn watcher(&self) -> Option<&dyn crate::containment::Watcher> {
-        self.guardian
-            .as_deref()
-            .map(|g| g as &dyn crate::containment::Watcher)
+    /// What the containment layer is asked for: these options but what the run layer does
+    /// itself (the sandbox, the priority), the guardian as what watches run cgroups.
+    pub(crate) fn request(&self) -> containment::Request {
+        containment::Request {
+            containment: self.containment,
+            cgroup_parent: self.cgroup_parent.clone(),
+            poll: self.poll,
+            delegation: self.delegation,
+            limits: self.limits,
+            watcher: self
+                .guardian
+                .clone()
+                .map(|g| g as Arc<dyn containment::Watcher>),
+            #[cfg(target_os = "linux")]
+            forget_stale: crate::runs::record::forget,
+        }
+    }
+
+    /// Tries the containment these options get (a run cgroup is made and removed) and says
+    /// whether concurrent runs get trees of their own: they do with cgroups; the subreaper
+    /// backend holds this process's whole subtree as one, so stopping one run would stop the
+    /// others. When `Auto` got a cgroup, pins these options to [`Containment::Cgroup`]: a run
+    /// that later cannot get one fails and says why, instead of falling back into a subtree it
+    /// would share. Fails when there are limits and no run could get them. For a server that
+    /// runs commands side by side; runs them one at a time when this says false.
+    pub async fn keep_runs_apart(&mut self) -> Result<bool, crate::ContainError> {
+        let (apart, got) = containment::select::isolated(&self.request()).await?;
+        if let Some(got) = got {
+            self.containment = got;
+        }
+        Ok(apart)
     }
 
     /// The limits these options set.

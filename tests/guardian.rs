@@ -1057,3 +1057,38 @@ fn a_doctor_sigkilled_during_its_probe_leaves_no_cgroup() {
         "cgroups the killed doctors left"
     );
 }
+
+/// `Guardian::exec` runs the caller's program (here the `reaper` binary's hidden command) with
+/// this process's pid and start time added, and that guardian exits once told `done`.
+#[test]
+fn exec_runs_the_callers_program_with_this_process_named() {
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_reaper"));
+    cmd.arg("guardian");
+    let g = reaper::Guardian::exec(cmd).expect("the guardian starts");
+    let pid = g.pid();
+    let me = std::process::id().to_string();
+    let want = ["guardian".to_owned(), me];
+    // Until its exec: the fork shows this process's command line.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let argv: Vec<String> = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap_or_default()
+            .split(|&b| b == 0)
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
+        if argv.len() >= 4 && argv[1..3] == want {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the guardian never ran: {argv:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    g.done();
+    let mut status = 0;
+    // SAFETY: waitpid on our own child's pid, with a valid status pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    assert_eq!(r, pid, "the guardian is this process's child");
+    assert!(libc::WIFEXITED(status), "the guardian exited by itself");
+}

@@ -149,13 +149,9 @@ fn whose(leak: &Leak) -> Option<u32> {
     if let (Some(cg), Some(mount)) = (&leak.root.cgroup, mount) {
         // The innermost run cgroup on its path.
         let parts: Vec<&str> = cg.split('/').collect();
-        let run = parts.iter().rposition(|c| {
-            RunId::from_cgroup_name(c).is_some()
-                || c.starts_with(&format!(
-                    "{}kept-",
-                    crate::containment::cgroup::place::PREFIX
-                ))
-        });
+        let run = parts
+            .iter()
+            .rposition(|c| RunId::from_cgroup_name(c).is_some() || crate::naming::is_kept_name(c));
         if let Some(n) = run {
             let dir = mount.join(parts[..=n].join("/").trim_start_matches('/'));
             return std::fs::symlink_metadata(dir).ok().map(|m| m.uid());

@@ -420,7 +420,7 @@ impl Ctx<'_> {
         // another PID namespace), or its reaper is gone.
         if let Some(cg) = &cgroup {
             for part in cg.split('/') {
-                if part.starts_with("reaper-kept-") {
+                if crate::naming::is_kept_name(part) {
                     return Verdict::Clean;
                 }
                 if let Some(id) = RunId::from_cgroup_name(part) {

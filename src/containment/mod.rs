@@ -5,7 +5,7 @@
 //! | backend     | finds every descendant by                      | kills by                          |
 //! |-------------|------------------------------------------------|-----------------------------------|
 //! | `cgroup`    | the kernel: the run's own cgroup v2, plus the  | `cgroup.kill` (atomic vs fork);   |
-//! |             | descendants that left it (escapees)            | escapees: SIGSTOP sweep, SIGKILL  |
+//! |             | descendants that left it (escapees)            | escapees: SIGSTOP pass, SIGKILL   |
 //! | `subreaper` | `PR_SET_CHILD_SUBREAPER` + `/proc/*/children`  | SIGKILL each as found, repeat     |
 //! | `pgid`      | polling the process table: ppid chains, every  | SIGSTOP groups and members until  |
 //! |             | group and session the tree was ever seen in    | none is new, killpg + pidfd KILL  |
@@ -16,6 +16,7 @@
 #[cfg(target_os = "linux")]
 pub mod cgroup;
 pub mod pgid;
+mod request;
 #[cfg(target_os = "linux")]
 pub(crate) mod sandbox;
 pub mod select;
@@ -27,6 +28,8 @@ pub mod subreaper;
 
 pub(crate) use crate::error::{ContainError as Error, ContainErrorKind as Kind};
 pub use crate::process::{BackendKind, Escapee, Identity, Process};
+pub(crate) use request::Request;
+pub use request::{Containment, Delegation, Sandbox, SandboxAccess};
 
 use std::process::Command;
 
@@ -60,7 +63,7 @@ pub(crate) trait Watcher: Send + Sync {
 /// What a backend can do, so callers ask for an ability and never for a backend by name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Capabilities {
-    /// One kill reaches every member at once, even a fork storm (`cgroup.kill`): no sweep to
+    /// One kill reaches every member at once, even a fork storm (`cgroup.kill`): no pass to
     /// repeat while forks outrun it.
     pub atomic_kill: bool,
     /// `is_empty` is the kernel's own answer (`populated`), not a look at `/proc` that can
@@ -105,7 +108,7 @@ pub trait Backend {
     }
     /// Sends `sig` to every member, each through its pidfd; returns the processes it reached.
     fn signal_all(&self, sig: Signal) -> Vec<Process>;
-    /// One SIGKILL sweep over the whole run; returns the processes it killed (as far as known).
+    /// One SIGKILL pass over the whole run; returns the processes it killed (as far as known).
     fn kill_all(&self) -> Vec<Process>;
     /// Waits until no live process is left, or the deadline passes (then `false`).
     async fn wait_empty(&mut self, deadline: Instant) -> bool;
@@ -136,98 +139,6 @@ pub struct Kept {
     pub at: Option<std::path::PathBuf>,
     /// The limits could not be set on the new place: the processes run without them.
     pub unlimited: Option<Error>,
-}
-
-/// The backend a run got, as one type so the run layer needs no generics.
-pub enum AnyBackend {
-    #[cfg(target_os = "linux")]
-    Cgroup(cgroup::CgroupBackend),
-    #[cfg(target_os = "linux")]
-    Subreaper(subreaper::SubreaperBackend),
-    Pgid(pgid::PgidBackend),
-}
-
-impl AnyBackend {
-    pub fn cgroup_path(&self) -> Option<&std::path::Path> {
-        match self {
-            #[cfg(target_os = "linux")]
-            AnyBackend::Cgroup(b) => Some(b.cgroup().path()),
-            _ => None,
-        }
-    }
-
-    /// The run cgroup's directory, for a leader created inside it by
-    /// `clone3(CLONE_INTO_CGROUP)` (see [`spawn`]).
-    #[cfg(target_os = "linux")]
-    pub fn clone_into_cgroup(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
-        match self {
-            AnyBackend::Cgroup(b) => Some(b.dir_fd()),
-            _ => None,
-        }
-    }
-}
-
-macro_rules! each {
-    ($self:ident, $b:ident => $e:expr) => {
-        match $self {
-            #[cfg(target_os = "linux")]
-            AnyBackend::Cgroup($b) => $e,
-            #[cfg(target_os = "linux")]
-            AnyBackend::Subreaper($b) => $e,
-            AnyBackend::Pgid($b) => $e,
-        }
-    };
-}
-
-impl Backend for AnyBackend {
-    fn kind(&self) -> BackendKind {
-        each!(self, b => b.kind())
-    }
-    fn capabilities(&self) -> Capabilities {
-        each!(self, b => b.capabilities())
-    }
-    fn kill_label(&self) -> &'static str {
-        each!(self, b => b.kill_label())
-    }
-    fn prepare(&self, cmd: &mut Command) {
-        each!(self, b => b.prepare(cmd))
-    }
-    fn spawned(&mut self, leader: Pid) {
-        each!(self, b => b.spawned(leader))
-    }
-    fn members(&self) -> Vec<Process> {
-        each!(self, b => b.members())
-    }
-    fn escapees(&self) -> Vec<Escapee> {
-        each!(self, b => b.escapees())
-    }
-    fn is_empty(&self) -> bool {
-        each!(self, b => b.is_empty())
-    }
-    fn pids(&self) -> Vec<i32> {
-        each!(self, b => b.pids())
-    }
-    fn signal_all(&self, sig: Signal) -> Vec<Process> {
-        each!(self, b => b.signal_all(sig))
-    }
-    fn kill_all(&self) -> Vec<Process> {
-        each!(self, b => b.kill_all())
-    }
-    async fn wait_empty(&mut self, deadline: Instant) -> bool {
-        each!(self, b => b.wait_empty(deadline).await)
-    }
-    fn release(&mut self) -> Result<(), Error> {
-        each!(self, b => b.release())
-    }
-    fn cleanup_later(&mut self) -> Option<Box<dyn FnOnce(std::time::Instant) + Send>> {
-        each!(self, b => b.cleanup_later())
-    }
-    fn keep(&mut self, limits: &crate::limits::Limits) -> Result<Kept, Error> {
-        each!(self, b => b.keep(limits))
-    }
-    fn spawn_error(&self, e: std::io::Error) -> std::io::Error {
-        each!(self, b => b.spawn_error(e))
-    }
 }
 
 /// Sends `sig` to each member through a handle opened on its (pid, start time), never a bare

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 use reaper_platform::linux::sandbox::{Access, IdRange, SandboxPlan, SandboxSpec};
 
-use crate::options::SandboxAccess;
+use super::SandboxAccess;
 
 /// How many ids a root sandbox gets: every id a Linux system uses, `nobody` (65534) included.
 pub const IDS: u32 = 65536;

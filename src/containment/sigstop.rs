@@ -1,4 +1,4 @@
-//! The SIGSTOP sweep the backends end a run's stragglers with: SIGSTOP every process a look
+//! The SIGSTOP pass the backends end a run's stragglers with: SIGSTOP every process a look
 //! finds, look again until a look finds nobody new (a stopped process cannot fork, so the set
 //! converges), then SIGKILL them all through the handles the STOP went through, so a pid reused
 //! meanwhile is never signalled. The subreaper backend, whose orphans all come back to reaper,
@@ -43,7 +43,7 @@ pub(crate) fn stop(mut look: impl FnMut(usize) -> Vec<Process>) -> Stopped {
     Stopped(held)
 }
 
-/// The SIGKILL sweep of a whole subtree of reaper's (the subreaper backend, whose orphans all
+/// The SIGKILL pass of a whole subtree of reaper's (the subreaper backend, whose orphans all
 /// come back to reaper), reading each process once and killing it as it is found: the tree
 /// starts dying during the walk instead of after it, and each process is signalled once, not
 /// stopped and then killed. A process is killed before its children are listed, and once
@@ -72,10 +72,10 @@ pub(crate) fn kill_subtree(root: i32, exclude: &[Identity]) -> Vec<Process> {
     let mut kill_new = |parent: i32, pids: Vec<i32>| -> Vec<i32> {
         let mut fresh = Vec::new();
         for pid in pids {
-            // Killed by this sweep: its pid stays its own until reaper reaps it, after the walk
+            // Killed by this pass: its pid stays its own until reaper reaps it, after the walk
             // (or its killed parent, in the moment before it dies: a process of the tree
             // handed that pid before the walk ends, which needs the pid counter to wrap, is
-            // missed here and found by the run layer's next sweep).
+            // missed here and found by the run layer's next pass).
             if killed_pids.contains(&pid) {
                 continue;
             }

@@ -14,8 +14,6 @@ use reaper_platform::linux::pidfd::Pidfd;
 use reaper_platform::linux::sandbox::{SandboxPlan, StepError};
 use reaper_platform::linux::spawn::{self, SpawnError, SpawnSpec};
 
-use super::AnyBackend;
-
 /// Why a leader could not be created inside its cgroup.
 pub enum Error {
     /// A sandbox step failed in the child.
@@ -55,8 +53,8 @@ pub fn give_up(e: &std::io::Error) {
 
 /// The directory to create the leader in with clone3, when the backend has one and clone3 is
 /// still tried here; `None`: start it with std's `Command` and the backend's `prepare`.
-pub fn clone_target(backend: &AnyBackend) -> Option<BorrowedFd<'_>> {
-    backend.clone_into_cgroup().filter(|_| usable())
+pub fn clone_target(cgroup: Option<BorrowedFd<'_>>) -> Option<BorrowedFd<'_>> {
+    cgroup.filter(|_| usable())
 }
 
 /// Creates the leader `spec` describes inside `spec.cgroup`.

@@ -4,14 +4,15 @@
 //! `/proc/PID/task/*/children` finds it.
 //!
 //! Does not contain: a descendant that was reparented *above* reaper before reaper became a
-//! subreaper (impossible for a run's tree), and the window of a fork racing the SIGKILL sweep is
-//! closed by repeating the sweep until no new process appears. With several runs in one reaper
+//! subreaper (impossible for a run's tree), and the window of a fork racing the SIGKILL pass is
+//! closed by repeating the pass until no new process appears. With several runs in one reaper
 //! process (the MCP server), an orphan cannot be told apart from another run's: this backend
 //! contains reaper's whole subtree as one.
 
 use std::process::Command;
 
-use reaper_platform::linux::{procfs, reap, subreaper};
+use reaper_platform::linux::{procfs, subreaper};
+use reaper_platform::reap;
 use reaper_platform::Signal;
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
@@ -110,7 +111,7 @@ impl Backend for SubreaperBackend {
         super::signal_each(self.members(), sig)
     }
 
-    /// SIGKILL every process as the walk finds it, look again until a sweep finds nobody new
+    /// SIGKILL every process as the walk finds it, look again until a pass finds nobody new
     /// (a killed process cannot fork, and its orphans come back to reaper, so the set
     /// converges).
     fn kill_all(&self) -> Vec<Process> {

@@ -63,8 +63,9 @@ use std::sync::{Arc, Mutex};
 
 use reaper_platform::linux::detach::{self, Forked, SelfStat};
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::linux::procfs;
 use reaper_platform::Signal;
+use reaper_platform::{reap, signal};
 
 pub use crate::error::GuardianError;
 
@@ -224,18 +225,18 @@ impl Guardian {
         }
     }
 
-    /// Starts the guardian by running `program guardian PID START` (the `reaper` binary's
-    /// hidden command, which runs [`Guardian::serve`]), for a process that has threads already
-    /// and so cannot [`Guardian::fork`].
-    pub fn exec(program: &Path) -> Result<Arc<Guardian>, GuardianError> {
-        use std::os::unix::process::CommandExt;
+    /// Starts the guardian by running `command` with two arguments added, this process's pid
+    /// and start time, for a process that has threads already and so cannot
+    /// [`Guardian::fork`]. The program `command` runs is the caller's: it must pass them to
+    /// [`Guardian::serve`] (the `reaper` binary's hidden `reaper guardian PID START` does).
+    /// Its standard streams and `RUST_LOG` are set here: the guardian reads its stdin.
+    pub fn exec(mut command: std::process::Command) -> Result<Arc<Guardian>, GuardianError> {
         let procfs::Identity {
             pid,
             starttime: start,
         } = procfs::self_identity().map_err(GuardianError::Io)?;
-        let mut cmd = std::process::Command::new(program);
-        cmd.arg0("reaper")
-            .args(["guardian", &pid.to_string(), &start.to_string()])
+        let cmd = &mut command;
+        cmd.args([pid.to_string(), start.to_string()])
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::null())
             .stderr(if detach::stderr_holds_an_eof() {
@@ -244,7 +245,7 @@ impl Guardian {
                 std::process::Stdio::inherit()
             })
             .env_remove("RUST_LOG");
-        detach::detach_on_exec(&mut cmd);
+        detach::detach_on_exec(cmd);
         // Under the reaping lock (see reap.rs): std's spawn waits for a child whose exec
         // failed, and until the lock is let go the guardian's pid is its own.
         let reaping = reap::hold();

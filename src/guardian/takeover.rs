@@ -7,10 +7,12 @@ use std::time::Duration;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{detach, procfs, signal};
+use reaper_platform::linux::{detach, procfs};
+use reaper_platform::signal;
 use reaper_platform::Signal;
 
-use crate::containment::cgroup::{place, stale};
+use crate::containment::cgroup::stale;
+use crate::naming;
 
 /// Once reaper is dead, how long the guardian waits for its pipe to reach EOF.
 const EOF_AFTER_DEATH: Duration = Duration::from_millis(200);
@@ -48,13 +50,13 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     // pid and start time in its namespace. Its owner lock proves nothing here: at reaper's
     // death the kernel hands it to whoever waits in `flock` on the directory, a process of the
     // run included.
-    let owner = place::Owner {
+    let owner = naming::Owner {
         pidns: Some(pidns),
         pid: reaper_pid,
         start: reaper_start,
     };
-    let leaf = place::supervisor_name(owner);
-    let is_run = |name: &str| place::owner_of(name) == Some(owner) && name != leaf;
+    let leaf = naming::supervisor_name(owner);
+    let is_run = |name: &str| naming::owner_of(name) == Some(owner) && name != leaf;
     // None: reaper already died before we could watch it; its records are still in the pipe.
     let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
     let dirs = listen(reaper.as_ref(), reaper_start, &is_run);

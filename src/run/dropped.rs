@@ -17,7 +17,7 @@ use std::time::Instant;
 use reaper_platform::process::Handle;
 use reaper_platform::signal;
 
-use crate::containment::AnyBackend;
+use crate::containment::select::AnyBackend;
 
 /// Cleanups under way, and the process that counts them (a forked child inherits the count, not
 /// the threads).

@@ -121,7 +121,8 @@ impl Run {
         if let Some(r) = self.registration.take() {
             r.ended(&out);
         }
-        containment::select::sweep_finished().await;
+        #[cfg(target_os = "linux")]
+        containment::cgroup::stale::sweep_finished().await;
         out
     }
 }

@@ -29,6 +29,7 @@ mod leader;
 mod outside;
 mod priority;
 pub(crate) mod spawn;
+mod spec;
 mod start;
 mod stop;
 
@@ -37,12 +38,15 @@ use std::sync::Arc;
 
 #[cfg(target_os = "linux")]
 use crate::containment::cgroup::limits;
-use crate::containment::{self, AnyBackend, Backend};
+use crate::containment::select::AnyBackend;
+use crate::containment::{self, Backend};
 use crate::event::EventSink;
 use crate::process::{Escapee, Process};
 use crate::Guardian;
 use leader::Leader;
 use reaper_platform::{signal, ExitStatus, Signal};
+pub(crate) use spec::Spec;
+pub use spec::Stdio;
 pub(crate) use start::Pipes;
 use tokio::time::Instant;
 

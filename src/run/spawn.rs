@@ -1,6 +1,6 @@
 //! The leader's spawn into its containment: created inside its cgroup by clone3, or started by
 //! std's `Command` and joined before exec (`containment::spawn` says which), both built from
-//! the [`Command`]; and the one translation of a failed spawn into an [`Error`].
+//! the run's [`Spec`]; and the one translation of a failed spawn into an [`Error`].
 
 #[cfg(target_os = "linux")]
 use std::ffi::OsStr;
@@ -11,8 +11,10 @@ use reaper_platform::terminal::Foreground;
 use reaper_platform::Pid;
 
 use super::Pipes;
-use crate::containment::{AnyBackend, Backend};
-use crate::{Command, ContainError, ContainErrorKind, Error, SandboxError, Stdio};
+use super::{Spec, Stdio};
+use crate::containment::select::AnyBackend;
+use crate::containment::Backend;
+use crate::{ContainError, ContainErrorKind, Error, SandboxError};
 
 /// Why a spawn failed, before it becomes an [`Error`] ([`classify`]).
 pub(crate) enum Failure {
@@ -66,7 +68,7 @@ pub(crate) fn classify(f: Failure, backend: &AnyBackend, program: &str) -> Error
     }
 }
 
-impl Command {
+impl Spec {
     /// The command's environment: this process's (unless cleared), with the changes on top.
     fn environment(&self) -> std::collections::BTreeMap<OsString, OsString> {
         let mut env: std::collections::BTreeMap<OsString, OsString> = if self.env_clear {
@@ -97,7 +99,7 @@ impl Command {
     }
 
     /// std's `Command` for this command. Takes the stdio out (it is moved into the `Command`);
-    /// the rest stays, so a failed spawn can still be explained ([`Command::explain`]).
+    /// the rest stays, so a failed spawn can still be explained ([`Spec::explain`]).
     /// `own_session`: the leader leads a session of its own rather than only a process group.
     fn take_std(&mut self, own_session: bool) -> std::process::Command {
         let mut cmd = std::process::Command::new(&self.program);
@@ -267,7 +269,7 @@ fn on_main_thread() -> bool {
 /// process group. `opts`' sandbox: the leader starts in it (Linux, cgroup backend only;
 /// anything else is an error, never a weaker sandbox), in a session of its own.
 pub(crate) fn spawn(
-    cmd: &mut Command,
+    cmd: &mut Spec,
     backend: &AnyBackend,
     terminal: Option<&Foreground>,
     own_session: bool,
@@ -307,7 +309,7 @@ pub(crate) fn spawn(
         }
     };
     #[cfg(target_os = "linux")]
-    if let Some(dir) = crate::containment::spawn::clone_target(backend) {
+    if let Some(dir) = crate::containment::spawn::clone_target(backend.clone_into_cgroup()) {
         use crate::containment::spawn::Error as CloneError;
         match clone3::spawn(cmd, dir, tty, own_session, plan.as_ref()) {
             Ok(s) => {
@@ -369,7 +371,7 @@ fn step_refused(e: reaper_platform::linux::sandbox::StepError, unprivileged: boo
 }
 
 fn spawn_std(
-    cmd: &mut Command,
+    cmd: &mut Spec,
     backend: &AnyBackend,
     tty: Option<std::os::fd::RawFd>,
     own_session: bool,
@@ -439,7 +441,7 @@ mod clone3 {
     use crate::containment::spawn::{clone_into, Error};
 
     pub fn spawn(
-        cmd: &mut Command,
+        cmd: &mut Spec,
         cgroup: BorrowedFd<'_>,
         tty: Option<std::os::fd::RawFd>,
         own_session: bool,

@@ -12,9 +12,10 @@ use super::leader::Leader;
 use super::spawn;
 use super::stop::KILL_DEADLINE;
 use super::Run;
+use super::Spec;
 use crate::containment::select::contain;
 use crate::containment::Backend;
-use crate::{Command, Error, Event};
+use crate::{Error, Event};
 
 /// The leader's pipes, when the command asked for them.
 pub(crate) struct Pipes {
@@ -25,11 +26,11 @@ pub(crate) struct Pipes {
 
 impl Run {
     /// Spawns `cmd` into fresh containment. The leader joins it before it runs any code.
-    pub(crate) async fn start(cmd: &mut Command) -> Result<(Run, Pipes), Error> {
+    pub(crate) async fn start(cmd: &mut Spec) -> Result<(Run, Pipes), Error> {
         let argv = cmd.argv_lossy();
         let opts = cmd.options.clone();
         let sink = cmd.events.clone();
-        let (mut backend, warning) = contain(&opts).await.map_err(Error::Containment)?;
+        let (mut backend, warning) = contain(&opts.request()).await.map_err(Error::Containment)?;
         #[cfg(target_os = "linux")]
         let id = run_id(&backend);
         let guardian = opts.guardian.clone();
@@ -157,14 +158,14 @@ impl Run {
 
 /// The run's id: its cgroup's name says it; a run without one takes the next number.
 #[cfg(target_os = "linux")]
-fn run_id(backend: &crate::containment::AnyBackend) -> Option<crate::runs::RunId> {
+fn run_id(backend: &crate::containment::select::AnyBackend) -> Option<crate::runs::RunId> {
     use crate::runs::RunId;
     match backend.cgroup_path() {
         Some(p) => p
             .file_name()
             .and_then(|n| n.to_str())
             .and_then(RunId::from_cgroup_name),
-        None => RunId::this_process(crate::runs::next_seq()),
+        None => RunId::this_process(crate::naming::next_seq()),
     }
 }
 
@@ -172,9 +173,9 @@ fn run_id(backend: &crate::containment::AnyBackend) -> Option<crate::runs::RunId
 #[cfg(target_os = "linux")]
 fn record(
     id: crate::runs::RunId,
-    cmd: &Command,
+    cmd: &Spec,
     argv: &[String],
-    backend: &crate::containment::AnyBackend,
+    backend: &crate::containment::select::AnyBackend,
     leader: &Leader,
 ) -> crate::runs::RunRecord {
     use crate::runs::{record, Phase, RunRecord, RECORD_VERSION};
@@ -197,9 +198,9 @@ fn record(
         leader_starttime: reaper_platform::linux::procfs::stat(pid)
             .map(|s| s.starttime)
             .unwrap_or(0),
-        timeout_ms: cmd.plan.timeout.map(ms),
-        stop_signal: cmd.plan.stop.first.map(|s| s.as_raw()),
-        grace_ms: ms(cmd.plan.stop.grace),
+        timeout_ms: cmd.timeout.map(ms),
+        stop_signal: cmd.stop_signal.map(|s| s.as_raw()),
+        grace_ms: ms(cmd.grace),
         request_id: cmd.request_id.clone(),
         phase: Phase::Running,
         stop_reason: None,

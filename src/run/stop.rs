@@ -14,7 +14,7 @@ use crate::Event;
 /// After the final SIGKILL, how long the kernel gets to empty the tree before reaper reports
 /// survivors (a process in uninterruptible sleep dies only when its I/O returns).
 pub(crate) const KILL_DEADLINE: Duration = Duration::from_secs(5);
-/// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL sweep waits before sweeping again.
+/// Subreaper and pgid backends: how long one SIGSTOP/SIGKILL pass waits before the next.
 const KILL_ROUND: Duration = Duration::from_millis(200);
 
 /// Who gets the first stop signal.
@@ -45,7 +45,7 @@ impl Run {
 
     /// Stops the whole tree: `first` to every member (then SIGCONT, so a stopped process sees
     /// it), up to `grace` for them to exit, then SIGKILL for all (cgroup.kill, or the subreaper
-    /// sweep) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
+    /// pass) until the tree is empty. `cut_short` ends the grace early (a second Ctrl-C).
     /// `first` may be `None` (timeout(1)'s signal 0): nothing is sent, the grace still runs.
     pub(crate) async fn stop(
         &mut self,
@@ -122,7 +122,7 @@ impl Run {
         cut_short: impl std::future::Future<Output = ()>,
     ) {
         self.stop_at.get_or_insert_with(Instant::now);
-        // reaper's own signals may stop the leader (SIGSTOP sweeps, `--signal TSTP`): not a
+        // reaper's own signals may stop the leader (SIGSTOP passes, `--signal TSTP`): not a
         // job-control stop to pass on.
         self.leader.job_control = false;
         // The common end: the leader exited and left nothing. Only the cgroup's `populated`
@@ -157,25 +157,25 @@ impl Run {
             }
         }
         let final_deadline = Instant::now() + KILL_DEADLINE;
-        // cgroup.kill is atomic: one write, then only waiting. Sweeps that a fork can outrun
+        // cgroup.kill is atomic: one write, then only waiting. Passes that a fork can outrun
         // (no cgroup.kill before Linux 5.14, subreaper, pgid) are repeated.
         let round = if self.backend.capabilities().atomic_kill {
             KILL_DEADLINE
         } else {
             KILL_ROUND
         };
-        let mut first_sweep = true;
+        let mut first_pass = true;
         loop {
-            // The first sweep is not preceded by a look of its own: it finds the tree as well,
+            // The first pass is not preceded by a look of its own: it finds the tree as well,
             // and meanwhile a fork storm grows (a pgid look reads the whole process table).
-            if !first_sweep && self.backend.is_empty() {
+            if !first_pass && self.backend.is_empty() {
                 break;
             }
             let killed = {
                 let _real_time = self.raise_priority.then(super::priority::KillPass::begin);
                 self.backend.kill_all()
             };
-            if std::mem::take(&mut first_sweep) && killed.is_empty() && self.backend.is_empty() {
+            if std::mem::take(&mut first_pass) && killed.is_empty() && self.backend.is_empty() {
                 break;
             }
             self.record(&killed);

@@ -20,7 +20,7 @@ async fn start_with(
         .stderr(crate::Stdio::Null)
         .containment(requested)
         .delegation(crate::Delegation::Never);
-    Run::start(&mut cmd).await.map(|(run, _)| run)
+    Run::start(&mut cmd.spec()).await.map(|(run, _)| run)
 }
 
 /// Starts `argv` contained in a cgroup of its own, or says why it cannot and returns `None`.

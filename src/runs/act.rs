@@ -29,10 +29,10 @@ use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
 use super::dir::Dir;
-use super::id::{RunId, RUN_ID_ENV};
-use super::record::{self, How, Names, Owner, Phase};
+use super::record::{self, How, Liveness, Names, Phase};
 use super::view::RunStatus;
 use crate::containment::{self, sigstop, Process};
+use crate::naming::{RunId, RUN_ID_ENV};
 
 /// Options of [`end`].
 #[derive(Debug, Clone, Copy)]
@@ -152,12 +152,16 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
     let recorded = |dir: &Dir| dir.age(&names.record).is_some();
     // A kept run is out of its owner's hands: nobody else will remove it.
     let kept = r.phase == Phase::Kept;
-    let owner = if kept { Owner::Gone } else { record::owner(r) };
+    let owner = if kept {
+        Liveness::Gone
+    } else {
+        record::owner(r)
+    };
     let why = match owner {
-        Owner::Unknown => return Err(EndError::OwnerElsewhere),
-        Owner::Gone if kept => "kept",
-        Owner::Gone => "gone",
-        Owner::Alive { stopped } => {
+        Liveness::Unknown => return Err(EndError::OwnerElsewhere),
+        Liveness::Gone if kept => "kept",
+        Liveness::Gone => "gone",
+        Liveness::Alive { stopped } => {
             // Sent even to a stopped owner: it finds the request when continued.
             let within = if stopped {
                 Duration::ZERO
@@ -198,7 +202,7 @@ pub async fn end(run: &RunStatus, how: How, opts: EndOptions) -> Result<Done, En
         id: run.id,
         dir,
         how,
-        owner_gone: owner == Owner::Gone,
+        owner_gone: owner == Liveness::Gone,
         why,
         grace: match how {
             How::Stop => opts.grace.unwrap_or(Duration::from_millis(r.grace_ms)),

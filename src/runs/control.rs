@@ -31,9 +31,8 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 use super::dir::Dir;
-use super::id::{RunId, RUN_ID_ENV};
 use super::record::How;
-use crate::containment::cgroup::place;
+use crate::naming::{RunId, RUN_ID_ENV};
 use crate::{Outcome, StopReason};
 
 /// How long an asker has to send its request once connected.
@@ -237,10 +236,9 @@ fn in_a_run(pid: i32, me: i32) -> Option<String> {
     let Some(cgroup) = procfs::cgroup(pid) else {
         return Some("a process whose cgroup cannot be read".into());
     };
-    let kept = format!("{}kept-", place::PREFIX);
     if let Some(run) = cgroup
         .split('/')
-        .find(|c| RunId::from_cgroup_name(c).is_some() || c.starts_with(&kept))
+        .find(|c| RunId::from_cgroup_name(c).is_some() || crate::naming::is_kept_name(c))
     {
         return Some(format!("in run cgroup {run}"));
     }

@@ -25,7 +25,6 @@
 //!
 //! | module         | concern                                                         |
 //! |----------------|-----------------------------------------------------------------|
-//! | `id`           | [`RunId`], [`RUN_ID_ENV`]                                       |
 //! | `dir`          | where records live, made and trusted per user; files in them    |
 //! | `record`       | the record file, the note of an outside stop, the stale sweep   |
 //! | `control`      | the control socket: the owner's end and the asker's             |
@@ -38,16 +37,14 @@ mod act;
 pub(crate) mod as_user;
 pub(crate) mod control;
 pub(crate) mod dir;
-mod id;
 pub(crate) mod record;
 pub(crate) mod registration;
 mod view;
 
+pub use crate::naming::{BadRunId, RunId, RUN_ID_ENV};
 pub use act::{end, Done, EndError, EndOptions};
 pub use control::Ended;
 pub use dir::RUNTIME_DIR_ENV;
-pub(crate) use id::next_seq;
-pub use id::{BadRunId, RunId, RUN_ID_ENV};
 pub use record::{How, Phase, RunRecord, RECORD_VERSION};
 pub use view::{
     find, list, of_this_process, FindError, LimitsHit, ListOptions, Member, Memory, RunState,

@@ -16,7 +16,7 @@ use reaper_platform::linux::{cgroup::Cgroup, procfs};
 use serde::{Deserialize, Serialize};
 
 use super::dir::Dir;
-use super::id::RunId;
+use crate::naming::RunId;
 use crate::{Limits, StopReason};
 
 /// The record's format; a reader skips records of another.
@@ -244,7 +244,7 @@ pub(crate) fn read_one(dir: &Dir, id: &RunId) -> Option<Found> {
 
 /// The effective uid of the record's owner, when it is alive in this PID namespace.
 fn owner_uid(record: &RunRecord) -> Option<u32> {
-    if !matches!(owner(record), Owner::Alive { .. }) {
+    if !matches!(owner(record), Liveness::Alive { .. }) {
         return None;
     }
     let o = record.id.owner();
@@ -262,7 +262,7 @@ fn owner_uid(record: &RunRecord) -> Option<u32> {
 
 /// Whether the record's owner is alive, as far as this process can tell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Owner {
+pub(crate) enum Liveness {
     /// Alive; `stopped`: in state T (SIGSTOP) or t (traced), answering nothing.
     Alive { stopped: bool },
     /// Provably gone: no process of its PID namespace has its pid and start time, or the
@@ -273,20 +273,20 @@ pub(crate) enum Owner {
 }
 
 /// The owner of `record`, looked at now.
-pub(crate) fn owner(record: &RunRecord) -> Owner {
+pub(crate) fn owner(record: &RunRecord) -> Liveness {
     if !record.boot_id.is_empty() && record.boot_id != boot_id() {
-        return Owner::Gone;
+        return Liveness::Gone;
     }
     let mine = procfs::pid_namespace().ok();
     if mine != Some(record.id.pidns()) || procfs::is_foreign() {
-        return Owner::Unknown;
+        return Liveness::Unknown;
     }
     let o = record.id.owner();
     match procfs::stat(o.pid) {
-        Ok(s) if s.starttime == o.starttime && !s.is_dead() => Owner::Alive {
+        Ok(s) if s.starttime == o.starttime && !s.is_dead() => Liveness::Alive {
             stopped: matches!(s.state, 'T' | 't'),
         },
-        _ => Owner::Gone,
+        _ => Liveness::Gone,
     }
 }
 
@@ -299,7 +299,7 @@ pub(crate) fn cgroup_of(record: &RunRecord, file_uid: u32) -> Option<Cgroup> {
     let name = dir.file_name()?.to_str()?;
     let id = record.id;
     let named = match record.phase {
-        Phase::Kept => name == format!("{}kept-{}", place::PREFIX, id),
+        Phase::Kept => name == id.kept_cgroup_name(),
         _ => name == id.cgroup_name(),
     };
     if !named {
@@ -360,7 +360,7 @@ pub(crate) fn sweep(dir: &Dir) -> usize {
         let over = match r.phase {
             Phase::Kept => !cgroup_populated(&found),
             _ => {
-                owner(r) == Owner::Gone
+                owner(r) == Liveness::Gone
                     && match r.cgroup {
                         Some(_) => !cgroup_populated(&found),
                         None => !procfs::is_alive(r.leader_pid, r.leader_starttime),
@@ -461,7 +461,7 @@ mod tests {
         // Another boot's owner is gone, whoever has its pid now.
         let mut old = record("1-2-3-6");
         old.boot_id = "another boot".into();
-        assert_eq!(owner(&old), Owner::Gone);
+        assert_eq!(owner(&old), Liveness::Gone);
         std::fs::remove_dir_all(&p).unwrap();
     }
 

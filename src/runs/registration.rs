@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use super::control::Control;
 use super::dir::{self, Dir};
-use super::id::RunId;
 use super::record::{self, How, Names, Phase, RunRecord};
+use crate::naming::RunId;
 use crate::{Outcome, StopReason};
 
 /// A run, recorded: removed with the run (or when dropped).

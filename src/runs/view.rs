@@ -8,8 +8,8 @@ use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::{controllers, procfs};
 use serde::Serialize;
 
-use super::id::{RunId, RUN_ID_ENV};
-use super::record::{self, Found, Owner, Phase, RunRecord};
+use super::record::{self, Found, Liveness, Phase, RunRecord};
+use crate::naming::{RunId, RUN_ID_ENV};
 use crate::StopReason;
 
 /// Where a run is, as the host shows it now.
@@ -214,9 +214,9 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
     let owner = record::owner(r);
     let state = match (owner, r.phase) {
         (_, Phase::Kept) => RunState::Kept,
-        (Owner::Gone, _) => RunState::Stale,
-        (Owner::Unknown, _) => RunState::Unknown,
-        (Owner::Alive { stopped: true }, _) => RunState::OwnerStopped,
+        (Liveness::Gone, _) => RunState::Stale,
+        (Liveness::Unknown, _) => RunState::Unknown,
+        (Liveness::Alive { stopped: true }, _) => RunState::OwnerStopped,
         (_, Phase::Stopping) => RunState::Stopping,
         (_, Phase::Lingering) => RunState::Lingering,
         (_, Phase::Running) => RunState::Running,
@@ -229,7 +229,7 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
             .into_iter()
             .map(|p| p.as_raw_nonzero().get())
             .collect(),
-        None if r.cgroup.is_none() && owner != Owner::Unknown => tree_of(r, leader_alive),
+        None if r.cgroup.is_none() && owner != Liveness::Unknown => tree_of(r, leader_alive),
         None => Vec::new(),
     };
     let processes = if opts.processes {
@@ -262,7 +262,7 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
         short_id: r.id.short(),
         state,
         stop_reason: r.stop_reason,
-        owner_command: matches!(owner, Owner::Alive { .. }).then(|| owner_command(r.id)),
+        owner_command: matches!(owner, Liveness::Alive { .. }).then(|| owner_command(r.id)),
         age_ms: now_ms.saturating_sub(r.started_unix_ms),
         leader_alive,
         process_count: if opts.processes {

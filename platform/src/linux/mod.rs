@@ -20,9 +20,6 @@ pub mod subreaper;
 #[cfg(feature = "systemd")]
 pub mod systemd;
 
-// Portable since macOS got a build; still reachable here under the paths Linux code knows.
-pub use crate::{errno, reap, signal};
-
 /// Whether systemd is the service manager of this machine (sd_booted(3): the directory
 /// `/run/systemd/system` exists only then).
 pub fn systemd_booted() -> bool {

@@ -1,6 +1,6 @@
 //! `PR_SET_CHILD_SUBREAPER`: orphans of our descendants reparent to us instead of to PID 1, so
 //! the tree never leaves reaper's sight (prctl(2)). They must then be reaped by us: see
-//! [`super::reap`].
+//! [`crate::reap`].
 
 use std::io;
 

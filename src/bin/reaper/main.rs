@@ -28,6 +28,7 @@ mod mcp;
 mod plans_tests;
 mod report;
 mod timeout;
+mod units;
 
 use clap::{Parser, Subcommand};
 

@@ -10,8 +10,9 @@ use std::sync::atomic::Ordering;
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::pidfd::Pidfd;
-use reaper_platform::linux::{procfs, reap, signal};
+use reaper_platform::linux::procfs;
 use reaper_platform::Signal;
+use reaper_platform::{reap, signal};
 use tokio::signal::unix::{signal as unix_signal, Signal as SignalStream, SignalKind};
 use tokio::time::Instant;
 
@@ -106,10 +107,7 @@ impl CgroupBackend {
                 .on(self.cgroup.path())
             })?
             .to_owned();
-        let name = format!(
-            "reaper-kept-{}",
-            self.cgroup.name().trim_start_matches("reaper-")
-        );
+        let name = crate::naming::kept_name(self.cgroup.name());
         let kept = Cgroup::create(&parent, &name)?;
         // Frozen processes cannot fork, so the set being moved holds still; each thaws as it
         // lands in the (unfrozen) kept cgroup.
@@ -187,7 +185,7 @@ impl Backend for CgroupBackend {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            // No cgroup.kill before Linux 5.14: then a per-pid sweep, which a fork can outrun.
+            // No cgroup.kill before Linux 5.14: then a per-pid pass, which a fork can outrun.
             atomic_kill: self.cgroup.has_kill(),
             exact_emptiness: true,
             isolates_concurrent_runs: true,
@@ -279,7 +277,7 @@ impl Backend for CgroupBackend {
     /// tree); walking from the members read before the kill still finds an escapee whose
     /// parent has already left the cgroup. Without `cgroup.kill`: escapees stopped first, then
     /// one pidfd SIGKILL each. One a member forks and moves out after the walk is found once
-    /// the kill has orphaned it, by the run layer's next sweep.
+    /// the kill has orphaned it, by the run layer's next pass.
     fn kill_all(&self) -> Vec<Process> {
         self.escapees.killing.store(true, Ordering::Relaxed);
         let (mut killed, escapees) = if self.cgroup.has_kill() {
@@ -302,7 +300,7 @@ impl Backend for CgroupBackend {
             (killed, escapees)
         } else {
             // Before Linux 5.14 there is no cgroup.kill; one pidfd SIGKILL each, and the run
-            // layer repeats the sweep until the cgroup is empty.
+            // layer repeats the pass until the cgroup is empty.
             let escapees = self.escapees.stop(self.cgroup_pids());
             let before = self.in_cgroup();
             self.signal_all(Signal::KILL);
@@ -341,7 +339,7 @@ impl Backend for CgroupBackend {
                 if !self.escapees.outside_alive() {
                     return true;
                 }
-                // An escapee lives. During the kill, one not signalled yet needs a sweep now.
+                // An escapee lives. During the kill, one not signalled yet needs a pass now.
                 if self.escapees.killing.load(Ordering::Relaxed) && self.escapees.unkilled() {
                     return false;
                 }

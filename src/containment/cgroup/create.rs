@@ -8,8 +8,9 @@ use std::path::Path;
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::cgroupfs;
 
-use super::place::{me_or_err, supervisor_name, CgroupEnv, Placement};
+use super::place::{me_or_err, CgroupEnv, Placement};
 use crate::error::{ContainError as Error, ContainErrorKind as Kind, RUN_DOCTOR};
+use crate::naming::supervisor_name;
 
 /// A run cgroup just created, and its owner lock (held for the run's life).
 #[derive(Debug)]
@@ -23,10 +24,10 @@ pub struct RunCgroup {
 }
 
 /// Creates a fresh run cgroup under `placement`, named after the run it is for: its number is
-/// the next run's of this process (`crate::runs::RunId`).
+/// the next run's of this process (`crate::naming::RunId`).
 pub fn create_run_cgroup(placement: &Placement) -> Result<RunCgroup, Error> {
     let me = me_or_err()?;
-    let next_name = || me.name(&crate::runs::next_seq().to_string());
+    let next_name = || me.name(&crate::naming::next_seq().to_string());
     let (cgroup, lock) = create_owned(&placement.dir, next_name, Cgroup::create)?;
     let path = format!("{}/{}", placement.path.trim_end_matches('/'), cgroup.name());
     Ok(RunCgroup { cgroup, path, lock })

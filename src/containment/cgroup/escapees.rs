@@ -107,7 +107,7 @@ pub struct Escapees {
     /// Every escapee seen, in the order seen.
     seen: Mutex<Vec<Escapee>>,
     /// Set once the kill began: from then on an escapee nobody has signalled yet ends
-    /// `wait_empty`, so the stop sweeps it.
+    /// `wait_empty`, so the stop's kill passes reach it.
     pub killing: AtomicBool,
     /// The escapees the kill sent SIGKILL.
     killed: Mutex<HashSet<Identity>>,

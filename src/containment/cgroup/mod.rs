@@ -14,7 +14,7 @@
 //! Process-wide state, each documented where it lives: the mount read once (`place`), the
 //! delegation asked once (`delegate::DONE`), the run cgroups this process holds (`escapees::LIVE`,
 //! so an orphan is attributed only where that is certain), and reaper's own leaf's lock
-//! (`create::ensure_leaf`). A run cgroup's number is its run's (`runs::id::SEQ`).
+//! (`create::ensure_leaf`). A run cgroup's number is its run's (`naming::next_seq`).
 
 pub mod backend;
 pub mod create;

@@ -13,12 +13,9 @@ use std::sync::OnceLock;
 
 use reaper_platform::linux::cgroupfs;
 use reaper_platform::linux::mountinfo::{self, Cgroup2Mount};
-use reaper_platform::linux::procfs;
 
 use crate::error::{ContainError as Error, ContainErrorKind as Kind};
-
-/// What every name of a cgroup of reaper's starts with.
-pub const PREFIX: &str = "reaper-";
+use crate::naming::{me, supervisor_name, Owner};
 
 /// What reaper found out about the cgroup2 hierarchy it runs in.
 #[derive(Debug, Clone)]
@@ -106,32 +103,6 @@ fn mounts() -> Result<(Cgroup2Mount, bool), Error> {
 /// Where the cgroup2 file system is mounted.
 pub fn mount_point() -> Result<PathBuf, Error> {
     Ok(mounts()?.0.mount_point)
-}
-
-/// This reaper as its names carry it: its PID namespace, pid and start time, read once (none
-/// of them changes for a process's life). Kept with the pid it was read for, so a forked child
-/// (the guardian) that inherited the cell reads its own.
-pub fn me() -> std::io::Result<Owner> {
-    static ME: OnceLock<Owner> = OnceLock::new();
-    let pid = rustix::process::getpid().as_raw_nonzero().get();
-    match ME.get() {
-        Some(&me) if me.pid == pid => Ok(me),
-        _ => {
-            let procfs::Identity {
-                pid,
-                starttime: start,
-            } = procfs::self_identity()?;
-            let me = Owner {
-                pidns: Some(procfs::pid_namespace()?),
-                pid,
-                start,
-            };
-            if me.pid == pid {
-                let _ = ME.set(me);
-            }
-            Ok(me)
-        }
-    }
 }
 
 /// [`me`], for an error that says what could not be read.
@@ -245,98 +216,9 @@ impl CgroupEnv {
     }
 }
 
-/// The name of the leaf reaper `owner` moves itself into (see `create::ensure_leaf`).
-pub fn supervisor_name(owner: Owner) -> String {
-    owner.name("supervisor")
-}
-
-/// The reaper a run cgroup's name says owns it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Owner {
-    /// The inode of its PID namespace; `None` in a name of the older form
-    /// `reaper-PID-STARTTIME-…`, which did not carry it.
-    pub pidns: Option<u64>,
-    /// Its pid and start time, in that namespace.
-    pub pid: i32,
-    pub start: u64,
-}
-
-impl Owner {
-    /// The name of its cgroup `tail` (a sequence number, or `supervisor`).
-    pub fn name(&self, tail: &str) -> String {
-        let Owner { pidns, pid, start } = self;
-        match pidns {
-            Some(ns) => format!("{PREFIX}{ns}-{pid}-{start}-{tail}"),
-            None => format!("{PREFIX}{pid}-{start}-{tail}"),
-        }
-    }
-}
-
-/// The owner encoded in a name of ours (`reaper-PIDNS-PID-START-SEQ` or `…-supervisor`, or the
-/// older form without PIDNS), or `None` for anything else.
-pub fn owner_of(name: &str) -> Option<Owner> {
-    let fields: Vec<&str> = name.strip_prefix(PREFIX)?.split('-').collect();
-    let (pidns, rest) = match fields.as_slice() {
-        [ns, pid, start, tail] => (Some(ns.parse().ok()?), [*pid, *start, *tail]),
-        [pid, start, tail] => (None, [*pid, *start, *tail]),
-        _ => return None,
-    };
-    let [pid, start, tail] = rest;
-    let owner = Owner {
-        pidns,
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
-    };
-    (tail == "supervisor" || (!tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit())))
-        .then_some(owner)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn names_of_ours_carry_the_owner() {
-        let owner = |pidns, pid, start| Some(Owner { pidns, pid, start });
-        let me = Owner {
-            pidns: Some(4026531836),
-            pid: 123,
-            start: 456,
-        };
-        assert_eq!(owner_of(&me.name("0")), Some(me));
-        assert_eq!(owner_of(&supervisor_name(me)), Some(me));
-        assert_eq!(
-            owner_of("reaper-4026531836-123-456-17"),
-            owner(Some(4026531836), 123, 456)
-        );
-        assert_eq!(supervisor_name(me), "reaper-4026531836-123-456-supervisor");
-        // The older form, without the PID namespace.
-        assert_eq!(owner_of("reaper-123-456-0"), owner(None, 123, 456));
-        assert_eq!(owner_of("reaper-123-456-supervisor"), owner(None, 123, 456));
-    }
-
-    #[test]
-    fn names_not_ours_are_left_alone() {
-        for n in [
-            "reaper",
-            "reaper-",
-            "reaper-1",
-            "reaper-1-2",
-            "reaper-1-2-",
-            "reaper-1-2-x",
-            "reaper-a-2-3",
-            "user.slice",
-            "myreaper-1-2-3",
-            "reaper-1-2-3-4-5",
-            "reaper-x-1-2-3",
-            "reaper-1-2-3-",
-            "reaper-kept-1-2-3",
-            "reaper-kept-1-2-3-4",
-            "reaper-1-2.scope",
-        ] {
-            assert_eq!(owner_of(n), None, "{n}");
-        }
-    }
 
     fn env_at(mount: &str, root: &str, own: &str) -> CgroupEnv {
         let mount = Cgroup2Mount {

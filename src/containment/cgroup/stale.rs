@@ -4,11 +4,46 @@
 use std::path::{Path, PathBuf};
 
 use reaper_platform::linux::cgroup::Cgroup;
-use reaper_platform::linux::{procfs, signal};
+use reaper_platform::linux::procfs;
+use reaper_platform::signal;
 use tokio::time::Instant;
 
-use super::place::{me, owner_of};
 use crate::error::{ContainError as Error, ContainErrorKind as Kind};
+use crate::naming::{me, owner_of};
+
+/// How long the sweep waits for a stale cgroup to empty.
+const SWEEP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// The stale sweep of this process, while it runs.
+static SWEEP: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>> = std::sync::Mutex::new(None);
+
+/// Stale cgroups are swept once per reaper process, under the first parent it uses (`dir`), once
+/// a run cgroup was made there (where reaper cannot write, nothing could be removed anyway). In the
+/// background: a stale cgroup that cannot be emptied (a process in uninterruptible sleep, a
+/// frozen one) must not delay the run; [`sweep_finished`] waits for it. `forget` is told each removed cgroup's name.
+pub fn sweep_once(dir: &std::path::Path, forget: fn(&str)) {
+    static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SWEPT.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        let dir = dir.to_owned();
+        let task = tokio::spawn(async move {
+            for removed in sweep_stale(&dir, Instant::now() + SWEEP_DEADLINE).await {
+                if let Some(name) = removed.file_name().and_then(|n| n.to_str()) {
+                    forget(name);
+                }
+            }
+        });
+        *SWEEP.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+}
+
+/// Waits for the stale sweep this process started, if it still runs (at most its deadline), so
+/// that reaper does not exit in the middle of it.
+pub async fn sweep_finished() {
+    let task = SWEEP.lock().unwrap_or_else(|p| p.into_inner()).take();
+    if let Some(t) = task {
+        let _ = t.await;
+    }
+}
 
 /// Removes run cgroups under `dir` whose owning reaper is provably gone: kills what is left in
 /// them, waits (until `deadline`) for them to empty, removes them. Returns the paths removed.
@@ -55,7 +90,6 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
                 owner.pid
             );
             removed.push(cg.path().to_owned());
-            crate::runs::record::forget(&name);
         }
     }
     tracing::debug!(

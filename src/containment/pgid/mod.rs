@@ -51,7 +51,7 @@ static BACKENDS_MADE: AtomicUsize = AtomicUsize::new(0);
 
 /// (alive, ever made): equal before and after a snapshot, with one alive, means no other
 /// backend existed at any time while it was taken.
-fn census() -> (usize, usize) {
+fn backend_counts() -> (usize, usize) {
     (
         LIVE_BACKENDS.load(Ordering::SeqCst),
         BACKENDS_MADE.load(Ordering::SeqCst),
@@ -140,7 +140,7 @@ impl Shared {
             self.last.clear();
             return (Vec::new(), 0);
         }
-        let before = census();
+        let before = backend_counts();
         match self.table.snapshot() {
             Ok(snap) => {
                 let adopter = self.adopter(before);
@@ -174,7 +174,7 @@ impl Shared {
         let Some((leader, groups)) = self.tracker.quick_look() else {
             return false;
         };
-        let before = census();
+        let before = backend_counts();
         let at_leaders_pid = match self.table.lookup(leader.pid) {
             Ok(None) => None,
             Ok(Some(e)) if e.starttime != leader.starttime => Some(e.starttime),
@@ -229,7 +229,7 @@ impl Shared {
         let adopting = reap::reaps_every_child()
             && subreaper::is_subreaper()
             && before.0 == 1
-            && census() == before;
+            && backend_counts() == before;
         // macOS has no subreaper: orphans go to launchd, out of reaper's reach.
         #[cfg(not(target_os = "linux"))]
         let adopting = {
@@ -369,7 +369,7 @@ impl Backend for PgidBackend {
         let mut s = lock(&self.shared);
         let stopped = super::sigstop::stop(|round| {
             // The first round starts from the last look's members (the stop sequence looked
-            // just before): a stopped process stays findable, and the sweep ends only when a
+            // just before): a stopped process stays findable, and the pass ends only when a
             // look of its own finds nobody new. Saves one whole-table read per stop.
             let members = if round == 0 && !s.last.is_empty() {
                 s.last.clone()

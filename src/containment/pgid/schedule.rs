@@ -12,7 +12,18 @@ pub struct Schedule {
     current: Duration,
 }
 
+/// How often the process table is read right after the spawn and while the tree is changing,
+/// and the fastest interval a caller may ask for.
+const FAST: Duration = Duration::from_millis(5);
+const FASTEST: Duration = Duration::from_millis(1);
+
 impl Schedule {
+    /// [`FAST`] while the tree changes, backing off to `poll` (at least [`FASTEST`]) when it is
+    /// quiet.
+    pub fn backing_off_to(poll: Duration) -> Self {
+        Self::new(FAST, poll.max(FASTEST))
+    }
+
     pub fn new(fast: Duration, slow: Duration) -> Self {
         let fast = fast.min(slow);
         Self {

@@ -149,7 +149,7 @@ pub struct RunReport {
 }
 
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub struct CheckReport {
     pub command: Vec<String>,
     /// `clean`, `leaked`, `timeout` or `error`.
     pub result: &'static str,
@@ -183,7 +183,7 @@ async fn check(args: CheckArgs) -> u8 {
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let mut report = Report {
+    let mut report = CheckReport {
         command,
         result: "clean",
         runs: Vec::new(),

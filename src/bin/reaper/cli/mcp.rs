@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::contain::{ContainArgs, GuardArgs};
 use crate::coreutils as parse;
 use crate::mcp::argv::ServerFlags;
-use crate::mcp::gate::{self, Budget, Gated, Limits};
+use crate::mcp::gate::{self, Bounds, Budget, Gated};
 use crate::mcp::params::{MAX_TIMEOUT, MIN_TIMEOUT};
 use crate::mcp::server::{CodexServer, Config};
 
@@ -139,7 +139,7 @@ fn config(args: McpArgs) -> Result<Config, String> {
         progress_interval,
         max_concurrent: args.max_concurrent as usize,
         contain: args.contain.options(&args.guard),
-        tasks: crate::mcp::tasks::Limits {
+        tasks: crate::mcp::tasks::TaskBounds {
             retain: args.task_retention,
             finished_bytes: usize::try_from(args.task_results_max).unwrap_or(usize::MAX),
             ..Default::default()
@@ -221,7 +221,7 @@ async fn serve(mut cfg: Config) -> u8 {
     let eof = CancellationToken::new();
     // What the client has sent and not been answered, and answers it has not read, are
     // bounded: at the bound the server stops reading stdin (see `mcp::gate`).
-    let budget = Budget::new(Limits::for_slots(cfg.max_concurrent));
+    let budget = Budget::new(Bounds::for_slots(cfg.max_concurrent));
     let server = CodexServer::new(cfg, budget.clone(), shutdown.clone());
     let mut live = server.live_calls();
     let (reader, writer) = rmcp::transport::io::stdio_pipes();

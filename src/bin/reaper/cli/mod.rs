@@ -80,98 +80,34 @@ pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .build()
 }
 
-/// reaper's parent as it was when reaper started (0: none visible, see [`ParentWatch`]).
-static ORIGINAL_PPID: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
-
-/// Call first thing in `main`.
+/// Call first thing in `main`: `--die-with-parent` watches the parent reaper started with.
 pub fn record_parent() {
-    ORIGINAL_PPID.get_or_init(current_ppid);
+    reaper::watch::remember_parent();
 }
 
-pub fn current_ppid() -> i32 {
-    rustix::process::getppid()
-        .map(|p| p.as_raw_nonzero().get())
-        .unwrap_or(0)
-}
-
-/// Whether the parent reaper started with is gone (reaper was reparented).
-pub fn parent_died() -> bool {
-    ORIGINAL_PPID.get().is_some_and(|&p| p != current_ppid())
-}
-
-/// How `--die-with-parent` learns that reaper's parent *process* has exited; the run waits on
-/// [`ParentWatch::died`] beside its other stop causes and reports `parent-died`.
-///
-/// Not `PR_SET_PDEATHSIG` as a stop request: it follows the *thread* that forked reaper
-/// (prctl(2)), so a parent that starts reaper from a worker thread which then exits (Python's
-/// `Popen` on a thread) would stop the run while the parent lives. A pidfd (Linux) or kqueue
-/// `NOTE_EXIT` (macOS) on the parent fires only when the whole process has exited, and wakes
-/// the run by itself, so no signal is needed beside it.
-pub enum ParentWatch {
-    /// A handle on the parent process.
-    Process(reaper_platform::process::Handle),
-    /// Linux, when the parent lives outside reaper's PID namespace (`getppid()` is 0: reaper
-    /// is PID 1 of a namespace, or was started by `docker exec`/`nsenter`): there is no pid
-    /// here to open a pidfd on, and the process reaper is reparented to is outside too, so
-    /// nothing reaper can see tells a thread's exit from the process's. `PR_SET_PDEATHSIG`
-    /// (SIGURG: ignored by default, sent to reaper by nobody else) is then taken as the parent's
-    /// death, with PDEATHSIG's caveat: the exit of the thread that forked reaper counts too.
-    #[cfg(target_os = "linux")]
-    Hint(tokio::signal::unix::Signal),
-}
-
-impl ParentWatch {
-    /// Starts watching the parent reaper was started by (recorded in `main`). Race-free: the
-    /// watch is set up first, then `getppid()` must still be the recorded parent. A parent that
-    /// has not exited cannot have been reaped, so its pid was not reused and the handle names
-    /// it; one that exited first has reparented reaper, and the check says so.
-    pub fn start() -> Result<Self, String> {
-        let ppid = ORIGINAL_PPID.get().copied().unwrap_or_else(current_ppid);
-        let watch = match reaper_platform::Pid::from_raw(ppid) {
-            Some(pid) => reaper_platform::process::Handle::open(pid)
-                .map(Self::Process)
-                .map_err(|e| format!("cannot watch reaper's parent (pid {ppid}): {e}")),
-            None => Self::hint(),
-        };
-        if parent_died() {
-            return Err("reaper's parent exited before reaper could watch it; not starting".into());
+/// How `--die-with-parent` learns that reaper's parent *process* has exited
+/// ([`reaper::watch::Parent`]), in reaper's words.
+pub fn watch_parent() -> Result<reaper::watch::Parent, String> {
+    use reaper::watch::ParentError as E;
+    reaper::watch::Parent::start().map_err(|e| match e {
+        E::Open { pid, source } => format!("cannot watch reaper's parent (pid {pid}): {source}"),
+        E::AlreadyGone => {
+            "reaper's parent exited before reaper could watch it; not starting".into()
         }
-        watch
-    }
-
-    #[cfg(target_os = "linux")]
-    fn hint() -> Result<Self, String> {
-        use tokio::signal::unix::{signal, SignalKind};
-        // The handler first, so the hint can never find SIGURG's default action instead.
-        let wake = signal(SignalKind::from_raw(libc::SIGURG))
-            .map_err(|e| format!("cannot watch reaper's parent: no SIGURG handler ({e})"))?;
-        rustix::process::set_parent_process_death_signal(Some(reaper_platform::Signal::URG))
-            .map_err(|e| format!("cannot watch reaper's parent: PR_SET_PDEATHSIG failed ({e})"))?;
-        Ok(Self::Hint(wake))
-    }
-
-    #[cfg(not(target_os = "linux"))]
-    fn hint() -> Result<Self, String> {
-        Err("reaper has no parent process to watch".into())
-    }
-
-    /// Resolves once the parent process has exited. If it can no longer be watched (an error
-    /// from the reactor), says so and never resolves: the run goes on without the watch.
-    pub async fn died(&mut self) {
-        match self {
-            Self::Process(h) => {
-                if let Err(e) = h.exited().await {
-                    say!("reaper: warning: cannot watch reaper's parent any more ({e}); --die-with-parent is not in effect");
-                    std::future::pending::<()>().await;
-                }
-            }
-            #[cfg(target_os = "linux")]
-            Self::Hint(wake) => {
-                if wake.recv().await.is_none() {
-                    std::future::pending::<()>().await;
-                }
-            }
+        E::NoHandler(e) => format!("cannot watch reaper's parent: no SIGURG handler ({e})"),
+        E::DeathSignal(e) => {
+            format!("cannot watch reaper's parent: PR_SET_PDEATHSIG failed ({e})")
         }
+        _ => "reaper has no parent process to watch".into(),
+    })
+}
+
+/// Resolves once reaper's parent has exited. If it can no longer be watched, says so and never
+/// resolves: the run goes on without the watch.
+pub async fn parent_died(mut parent: reaper::watch::Parent) {
+    if let Err(e) = parent.died().await {
+        say!("reaper: warning: cannot watch reaper's parent any more ({e}); --die-with-parent is not in effect");
+        std::future::pending::<()>().await;
     }
 }
 

@@ -1,12 +1,9 @@
 //! reaper's own limit flags: sizes (`--memory-max`), process counts (`--pids-max`), cores
 //! (`--cpus`). Durations and signals are read as coreutils reads them (`crate::coreutils`).
 
-const SIZE_UNITS: [(char, u64); 4] = [
-    ('K', 1 << 10),
-    ('M', 1 << 20),
-    ('G', 1 << 30),
-    ('T', 1 << 40),
-];
+pub use crate::units::show_size;
+use crate::units::SIZE_UNITS;
+
 /// Below this a limit cannot even let a program exec (and `0` would kill the run at once).
 pub const SIZE_MIN: u64 = 1 << 20;
 /// The kernel refuses more in `pids.max` (PID_MAX_LIMIT, 4M pids on 64-bit).
@@ -68,18 +65,6 @@ pub fn size(text: &str) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
-}
-
-/// Shows a size in the largest binary unit that keeps it short: `2G`, `1.5G`, `64M`.
-pub fn show_size(bytes: u64) -> String {
-    for (c, s) in SIZE_UNITS.iter().rev() {
-        if bytes >= *s {
-            let v = bytes as f64 / *s as f64;
-            let t = format!("{v:.2}");
-            return format!("{}{c}", t.trim_end_matches('0').trim_end_matches('.'));
-        }
-    }
-    format!("{bytes}B")
 }
 
 /// `--pids-max`: a whole number of processes (threads count too), 1 up to the kernel's limit.

@@ -181,7 +181,7 @@ async fn run(mut args: RunArgs) -> u8 {
         super::job_stops()
     };
     let parent = if args.die_with_parent {
-        match super::ParentWatch::start() {
+        match super::watch_parent() {
             Ok(w) => Some(w),
             Err(e) => {
                 say!("reaper: {e}");
@@ -211,8 +211,8 @@ async fn run(mut args: RunArgs) -> u8 {
             &mut requests,
         );
     }
-    if let Some(mut p) = parent {
-        requests.on(async move { p.died().await }, Request::ParentDied);
+    if let Some(p) = parent {
+        requests.on(super::parent_died(p), Request::ParentDied);
     }
     cmd.requests(requests.clone());
     let mut child = match cmd.spawn().await {
@@ -290,120 +290,20 @@ async fn run(mut args: RunArgs) -> u8 {
     code
 }
 
-/// `--on-stdin-eof`: reaper's stdin relayed to CMD's, and its EOF or hang-up as a request.
+/// `--on-stdin-eof`: reaper's stdin relayed to CMD's ([`reaper::watch::relay_stdin`]), and its
+/// EOF or hang-up as a request. Without a relay there is no EOF to act on, and CMD's stdin is
+/// closed.
 fn stdin_requests(stdin: Option<OwnedFd>, requests: &mut Requests) {
-    let stdin_eof = stdin.and_then(relay_stdin);
-    // Only with a relay: without one there is no EOF to act on (see `relay_stdin`).
-    let stdin_hangup = stdin_eof.as_ref().and_then(|_| watch_stdin_hangup());
-    if let Some(read) = stdin_eof {
-        // The EOF: the relay read it, or the client hung up first (the relay may be stuck
-        // writing to a command that does not read, and would never get to read it).
-        let hung_up = async {
-            // A watcher that gave up (its sender dropped unsent) saw no hang-up.
-            let seen = match stdin_hangup {
-                Some(rx) => rx.await.is_ok(),
-                None => false,
-            };
-            if !seen {
-                std::future::pending::<()>().await;
-            }
-        };
-        requests.on(
-            async move {
-                tokio::select! {
-                    _ = read => {}
-                    _ = hung_up => {}
-                }
-            },
-            Request::StdinEof,
-        );
+    let Some(to_child) = stdin else {
+        return;
+    };
+    match reaper::watch::relay_stdin(to_child, no_hangup_watch) {
+        Ok(eof) => requests.on(eof, Request::StdinEof),
+        Err(e) => say!("reaper: warning: cannot relay stdin ({e}); CMD's stdin is closed and --on-stdin-eof is not in effect"),
     }
 }
 
-/// Copies reaper's stdin to CMD's on a thread of its own (blocking reads and writes keep
-/// back-pressure and add no latency; fd 0 is shared with others, so it is never made
-/// non-blocking). Resolves when reaper's stdin reaches EOF, after CMD's stdin was closed.
-/// `None` when no thread could be started: then there is no EOF to act on (the closed relay is
-/// not the client going away), and CMD's stdin is closed.
-fn relay_stdin(to_child: OwnedFd) -> Option<tokio::sync::oneshot::Receiver<()>> {
-    use std::io::{Read, Write};
-    // The relay blocks (the pipe was made non-blocking for tokio): back-pressure, no polling.
-    let blocking = rustix::fs::fcntl_getfl(&to_child)
-        .and_then(|fl| rustix::fs::fcntl_setfl(&to_child, fl - rustix::fs::OFlags::NONBLOCK));
-    if let Err(e) = blocking {
-        say!("reaper: warning: cannot relay stdin ({e}); CMD's stdin is closed and --on-stdin-eof is not in effect");
-        return None;
-    }
-    let mut to_child = std::fs::File::from(to_child);
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("stdin-relay".into())
-        .spawn(move || {
-            let mut stdin = std::io::stdin();
-            let mut buf = vec![0u8; 64 * 1024];
-            let mut child = Some(&mut to_child);
-            loop {
-                match stdin.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        // CMD closed its stdin: keep draining ours, only to notice EOF.
-                        if child
-                            .as_mut()
-                            .is_some_and(|c| c.write_all(&buf[..n]).is_err())
-                        {
-                            child = None;
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break,
-                }
-            }
-            drop(to_child);
-            let _ = tx.send(());
-        });
-    match spawned {
-        Ok(_) => Some(rx),
-        Err(e) => {
-            say!("reaper: warning: cannot start the stdin relay ({e}); CMD's stdin is closed and --on-stdin-eof is not in effect");
-            None
-        }
-    }
-}
-
-/// Resolves when reaper's stdin hangs up: its writer is gone (the last writer of a pipe or
-/// fifo, a socket's peer, a terminal's hang-up), even while data it sent is still queued. A
-/// thread of its own polls fd 0 for that, independently of the relay, which may be stuck
-/// writing to a command that never reads and so never read the EOF. The relay still delivers
-/// what was queued, and closes CMD's stdin after it; the run treats the hang-up as the EOF
-/// (CMD's allowance starts). `None` when stdin has no other end to hang up (a regular file:
-/// only its EOF, read by the relay, counts) or no thread could be started. Neither thread
-/// keeps reaper from exiting: `main` returning ends the process, whatever they block in.
-fn watch_stdin_hangup() -> Option<tokio::sync::oneshot::Receiver<()>> {
-    use std::os::fd::AsFd;
-    if !reaper_platform::hangup::can_hang_up(std::io::stdin().as_fd()) {
-        return None;
-    }
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    let spawned = std::thread::Builder::new()
-        .name("stdin-hangup".into())
-        .spawn(
-            move || match reaper_platform::hangup::wait_for_hangup(std::io::stdin().as_fd()) {
-                Ok(()) => {
-                    let _ = tx.send(());
-                }
-                Err(e) => no_hangup_watch(e),
-            },
-        );
-    match spawned {
-        Ok(_) => Some(rx),
-        Err(e) => {
-            no_hangup_watch(e);
-            None
-        }
-    }
-}
-
-fn no_hangup_watch(e: impl std::fmt::Display) {
+fn no_hangup_watch(e: std::io::Error) {
     say!("reaper: warning: cannot watch stdin for a hang-up ({e}); --on-stdin-eof acts on its EOF only, which a command that does not read its stdin may keep reaper from reading");
 }
 

@@ -11,9 +11,9 @@
 //!
 //! Calls already read still run and answer; a call does not start codex while a byte budget's
 //! worth of answers waits to be written (`server`), so answers nobody reads stop new runs as
-//! well as new reads. What the server holds for a client is then at most [`Limits::QUEUE`]
-//! requests more than `--max-concurrent`, [`Limits::BYTES`] of them plus one, and
-//! [`Limits::BYTES`] of unread answers plus one per running call.
+//! well as new reads. What the server holds for a client is then at most [`Bounds::QUEUE`]
+//! requests more than `--max-concurrent`, [`Bounds::BYTES`] of them plus one, and
+//! [`Bounds::BYTES`] of unread answers plus one per running call.
 //!
 //! While the bound is reached, nothing is read: pings and `notifications/cancelled` wait in the
 //! pipe behind the requests before them, until a result has been written. Once stdin has hung
@@ -37,14 +37,14 @@ use tokio_util::sync::CancellationToken;
 
 /// How much may be in flight before the server stops reading.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct Bounds {
     /// Requests being handled plus messages not yet written.
     pub messages: usize,
     /// Their JSON size.
     pub bytes: usize,
 }
 
-impl Limits {
+impl Bounds {
     /// Requests read ahead of the running calls (waiting for a slot, or answered and being
     /// written).
     pub const QUEUE: usize = 16;
@@ -55,8 +55,8 @@ impl Limits {
     pub const BYTES: usize = 8 << 20;
 
     /// The bound for a server running `max_concurrent` calls at once.
-    pub fn for_slots(max_concurrent: usize) -> Limits {
-        Limits {
+    pub fn for_slots(max_concurrent: usize) -> Bounds {
+        Bounds {
             messages: max_concurrent.saturating_add(Self::QUEUE),
             bytes: Self::BYTES,
         }
@@ -65,7 +65,7 @@ impl Limits {
 
 /// What is in flight, against its limits.
 pub struct Budget {
-    limits: Limits,
+    limits: Bounds,
     used: Mutex<Used>,
     freed: Notify,
 }
@@ -88,7 +88,7 @@ pub enum Way {
 }
 
 impl Budget {
-    pub fn new(limits: Limits) -> Arc<Budget> {
+    pub fn new(limits: Bounds) -> Arc<Budget> {
         Arc::new(Budget {
             limits,
             used: Mutex::new(Used::default()),
@@ -376,7 +376,7 @@ mod tests {
 
     #[tokio::test]
     async fn room_waits_for_a_ticket_to_drop() {
-        let budget = Budget::new(Limits {
+        let budget = Budget::new(Bounds {
             messages: 2,
             bytes: 100,
         });
@@ -397,7 +397,7 @@ mod tests {
 
     #[test]
     fn bytes_close_the_gate_too() {
-        let budget = Budget::new(Limits {
+        let budget = Budget::new(Bounds {
             messages: 10,
             bytes: 100,
         });

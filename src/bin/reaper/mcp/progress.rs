@@ -82,9 +82,9 @@ impl Status {
                     }
                 );
                 if let Some((now, max)) = memory {
-                    m.push_str(&format!(" · {}", crate::cli::parse::show_size(*now)));
+                    m.push_str(&format!(" · {}", crate::units::show_size(*now)));
                     if let Some(max) = max {
-                        m.push_str(&format!(" of {}", crate::cli::parse::show_size(*max)));
+                        m.push_str(&format!(" of {}", crate::units::show_size(*max)));
                     }
                     m.push_str(" memory");
                 }

@@ -230,7 +230,7 @@ impl Report<'_> {
             Ending::OutOfMemory { limit, .. } => format!(
                 "killed: out of memory (limit {}): the call's processes used more memory than \
                  this server's --memory-max, and the kernel killed them all",
-                crate::cli::parse::show_size(*limit)
+                crate::units::show_size(*limit)
             ),
             Ending::LaunchFailed(m) | Ending::NotContained(m) => m.clone(),
             Ending::Exited(_) => self

@@ -45,7 +45,7 @@ pub struct Config {
     pub max_concurrent: usize,
     pub contain: reaper::ContainOptions,
     /// What tasks may hold.
-    pub tasks: tasks::Limits,
+    pub tasks: tasks::TaskBounds,
 }
 
 /// The server. Cheap to clone: rmcp shares one per session.

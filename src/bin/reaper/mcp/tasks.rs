@@ -4,10 +4,10 @@
 //!
 //! This module keeps the tasks: their ids, their live status, their cancellation, and what
 //! they ended with. Bounded on both sides:
-//! - live tasks (queued or running): at most [`Limits::live`], and [`Limits::live_bytes`] of
+//! - live tasks (queued or running): at most [`TaskBounds::live`], and [`TaskBounds::live_bytes`] of
 //!   arguments between them; past either, a call is answered the plain way (the server may
 //!   always do so), where the transport's back-pressure holds the client back;
-//! - finished tasks: kept for [`Limits::retain`] after they end, and [`Limits::finished_bytes`]
+//! - finished tasks: kept for [`TaskBounds::retain`] after they end, and [`TaskBounds::finished_bytes`]
 //!   of results between them (plus the newest one, however large); past that the oldest go
 //!   first. A task that is gone answers `-32602` saying so, as the extension allows.
 
@@ -25,7 +25,7 @@ use super::progress::StatusCell;
 
 /// How much the tasks may hold.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Limits {
+pub struct TaskBounds {
     /// How long a finished task's result stays readable.
     pub retain: Duration,
     /// The size of the finished tasks' results together (about their JSON size).
@@ -36,16 +36,16 @@ pub struct Limits {
     pub live_bytes: usize,
 }
 
-impl Limits {
+impl TaskBounds {
     pub const RETAIN: Duration = Duration::from_secs(600);
     pub const FINISHED_BYTES: usize = 32 << 20;
     pub const LIVE: usize = 256;
     pub const LIVE_BYTES: usize = 8 << 20;
 }
 
-impl Default for Limits {
+impl Default for TaskBounds {
     fn default() -> Self {
-        Limits {
+        TaskBounds {
             retain: Self::RETAIN,
             finished_bytes: Self::FINISHED_BYTES,
             live: Self::LIVE,
@@ -61,7 +61,7 @@ const REMEMBERED: usize = 1024;
 
 /// Every task of the server.
 pub struct Tasks {
-    limits: Limits,
+    limits: TaskBounds,
     store: Mutex<Store>,
 }
 
@@ -115,7 +115,7 @@ pub struct Running {
 }
 
 impl Tasks {
-    pub fn new(limits: Limits) -> Arc<Tasks> {
+    pub fn new(limits: TaskBounds) -> Arc<Tasks> {
         Arc::new(Tasks {
             limits,
             store: Mutex::new(Store::default()),
@@ -305,7 +305,7 @@ impl Tasks {
 }
 
 /// `-32602` for an id that is not (or no longer) a task, saying which.
-fn missing(store: &Store, id: &str, limits: &Limits) -> ErrorData {
+fn missing(store: &Store, id: &str, limits: &TaskBounds) -> ErrorData {
     let gone = store
         .gone
         .iter()
@@ -316,7 +316,7 @@ fn missing(store: &Store, id: &str, limits: &Limits) -> ErrorData {
             "Failed to retrieve task: Task has expired: {why} (results are kept {}s after a \
              task ends and {} in all)",
             limits.retain.as_secs(),
-            crate::cli::parse::show_size(limits.finished_bytes as u64)
+            crate::units::show_size(limits.finished_bytes as u64)
         ),
         None => format!("Failed to retrieve task: Task not found: no task has the id {id:?}"),
     };
@@ -350,8 +350,8 @@ mod tests {
         CallToolResult::success(vec![ContentBlock::text(text.to_owned())])
     }
 
-    fn limits() -> Limits {
-        Limits {
+    fn limits() -> TaskBounds {
+        TaskBounds {
             retain: Duration::from_secs(60),
             finished_bytes: 10_000,
             live: 3,
@@ -427,7 +427,7 @@ mod tests {
 
     #[test]
     fn the_oldest_results_go_first_past_the_size_bound() {
-        let tasks = Tasks::new(Limits {
+        let tasks = Tasks::new(TaskBounds {
             live: 100,
             ..limits()
         });
@@ -476,7 +476,7 @@ mod tests {
 
     #[test]
     fn results_expire_after_the_retention_time() {
-        let tasks = Tasks::new(Limits {
+        let tasks = Tasks::new(TaskBounds {
             retain: Duration::ZERO,
             ..limits()
         });
