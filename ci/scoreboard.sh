@@ -2,11 +2,11 @@
 # The scoreboard of docs/check.md: `reaper check --suite` against the wrappers people kill trees
 # with, on this machine. Every number comes from this run; the section between the scoreboard
 # markers of docs/check.md is rewritten with the results, the date and the machine.
-#   ci/scoreboard.sh            all wrappers (about 15 minutes)
+#   ci/scoreboard.sh            all wrappers (one at a time: about 30 minutes on 2 cores)
 #   ci/scoreboard.sh NAME…      only the wrappers whose name contains NAME (docs/check.md untouched)
 #   SCOREBOARD_CASES=setsid,daemon ci/scoreboard.sh   only those cases (`--only`), faster
-#   SCOREBOARD_JOBS=4 ci/scoreboard.sh   four wrappers' suites at once (the machine's load can
-#                                        then turn a slow return into `ignored`)
+#   SCOREBOARD_JOBS=3 ci/scoreboard.sh   three wrappers' suites at once (11 minutes on 2 cores;
+#                                        the load can turn a slow return into `ignored`)
 # Installs dumb-init with apt when it is missing; the MCP SDKs and the Codex CLI come from
 # ci/install-deps.sh's cache (a wrapper whose program is missing is listed as not measured).
 set -euo pipefail
@@ -54,11 +54,11 @@ for w in "${wrappers[@]}"; do
     echo "not measured: $name ($needs is not installed)"
     continue
   fi
-  echo "==> $name: $cmd"
   read -ra argv <<<"$cmd"
   # Each wrapper's suite is independent (its own trees, sentinels and groups): up to
   # SCOREBOARD_JOBS of them at once, each mostly waiting on its ends.
   while [ "$(jobs -rp | wc -l)" -ge "${SCOREBOARD_JOBS:-1}" ]; do wait -n || :; done
+  echo "==> $name: $cmd"
   (
     status=0
     "$reaper" check --suite --json --settle 500ms ${SCOREBOARD_CASES:+--only "$SCOREBOARD_CASES"} -- "${argv[@]}" >"$out/$i.json" || status=$?
@@ -69,4 +69,4 @@ wait
 
 machine="$(uname -srm), $(nproc) CPUs, $(. /etc/os-release && echo "$PRETTY_NAME")"
 machine+=", $("$reaper" doctor --json | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["cgroup_mode"] + " cgroups, auto backend " + d["auto_backend"])' 2>/dev/null || echo '?')"
-SCOREBOARD_CASES=${SCOREBOARD_CASES:-} python3 ci/scoreboard/render.py "$out" "$(date -u +%Y-%m-%d)" "$machine" "$([ $# -eq 0 ] && echo docs/check.md || echo -)"
+SCOREBOARD_CASES=${SCOREBOARD_CASES:-} SCOREBOARD_JOBS=${SCOREBOARD_JOBS:-1} python3 ci/scoreboard/render.py "$out" "$(date -u +%Y-%m-%d)" "$machine" "$([ $# -eq 0 ] && echo docs/check.md || echo -)"

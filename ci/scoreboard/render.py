@@ -41,7 +41,9 @@ def main():
         f"Measured on {date}, {machine}, by `ci/scoreboard.sh` (`reaper check --suite --settle 500ms"
         + (f" --only {os.environ['SCOREBOARD_CASES']}" if os.environ.get("SCOREBOARD_CASES") else "")
         + "`, "
-        "`{timeout}` = 2 s). A cell: ✓ and how many cases held, or ✗ and the cases that leaked; "
+        + (f"{os.environ['SCOREBOARD_JOBS']} wrappers at a time, "
+           if os.environ.get("SCOREBOARD_JOBS", "1") != "1" else "")
+        + "`{timeout}` = 2 s). A cell: ✓ and how many cases held, or ✗ and the cases that leaked; "
         "`ignored`: the wrapper did not return within 5 s of that end (not a leak); –: not "
         "applicable (no `{timeout}` in its command line).",
         "",
