@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what ci/dist.sh built as a user would, from the files alone (no registry), and drives
 # each installed `reaper mcp` with an official MCP client (the interop suites of tests/interop):
+#   static `reaper check --suite` from reaper-linux-amd64 alone in an empty root, only busybox
+#          beside it (ci/suite-empty-root.sh; its skip, 77, fails here as root on Linux)
 #   wheel  uv pip install into a fresh venv: the Python SDK suite against venv/bin/reaper;
 #          uvx --from WHEEL reaper: the same suite, through uvx; a client signalling uvx
 #          mid-call (tests/interop/launcher_signals.py), as for each launcher below;
@@ -32,6 +34,14 @@ version=${version#reaper }
 wheel=$(ls "$dist"/reaper_cli-"$version"-*x86_64*.whl) || die "no x86_64 wheel in $dist"
 npm_main=$dist/npm/reaper-cli-$version.tgz npm_platform=$dist/npm/reaper-cli-linux-x64-$version.tgz
 { [ -f "$npm_main" ] && [ -f "$npm_platform" ]; } || die "no npm packages in $dist/npm"
+
+step "static: reaper check --suite in an empty root (ci/suite-empty-root.sh)"
+rc=0
+ci/suite-empty-root.sh "$dist/reaper-linux-amd64" || rc=$?
+if [ "$rc" = 77 ] && [ "$(uname -s)" = Linux ] && [ "$(id -u)" = 0 ]; then
+  die "ci/suite-empty-root.sh skipped, yet this host (Linux, root) can run it"
+fi
+[ "$rc" = 0 ] || [ "$rc" = 77 ] || die "ci/suite-empty-root.sh failed (exit $rc)"
 
 # The interop suites' helpers (fake codex, the fixture), built with reaper as ci/test.sh builds them.
 cargo build --quiet -p reaper -p reaper-testkit --bins

@@ -9,6 +9,10 @@ use common::*;
 
 const CASES: &[&str] = &["orphan", "setsid", "daemon", "pipe", "storm", "stopped"];
 
+/// The case that runs only with `--cgroup-parent` (its process moves into a cgroup the suite
+/// creates there).
+const AWAY: &str = "cgroup";
+
 /// A wrapper that runs the case in the background and, on SIGTERM or SIGINT, kills only its
 /// child (the tree's leader), then exits: what a naive tool runner does.
 const KILLS_ONLY_ITS_CHILD: &str = r#"{} & c=$!; trap 'kill -KILL $c; exit 143' TERM INT; wait $c"#;
@@ -167,9 +171,9 @@ fn reaper_run_holds_every_case_and_every_end() {
     ]);
     assert_eq!(code, 0, "{err}: {v:#}");
     let cells = cells(&v);
-    assert_eq!(cells.len(), CASES.len() * 7, "{v:#}");
+    assert_eq!(cells.len(), (CASES.len() + 1) * 7, "{v:#}");
     for c in &cells {
-        let applicable = !(c["case"] == "stopped" && c["end"] == "exit");
+        let applicable = !(c["case"] == "stopped" && c["end"] == "exit") && c["case"] != AWAY;
         let want = if applicable {
             "clean"
         } else {
@@ -296,4 +300,113 @@ fn a_suite_without_a_placeholder_is_refused() {
     let out = run_reaper(["check", "--suite", "--", "true"]);
     assert_eq!(code(&out), 2, "{}", stderr(&out));
     assert!(stderr(&out).contains("{}"), "{}", stderr(&out));
+}
+
+/// A cgroup of this test's own under the mount, removed on drop with whatever is left in it.
+struct OwnCgroup(std::path::PathBuf);
+
+impl Drop for OwnCgroup {
+    fn drop(&mut self) {
+        remove_test_cgroup(&self.0);
+    }
+}
+
+/// The cgroup case's process moves into a cgroup the suite creates under `--cgroup-parent` (here
+/// a cgroup of this test's own): a wrapper that kills its child alone leaks it (`left-cgroup`),
+/// reaper run stops it, and the suite removes each cgroup it created. Without `--cgroup-parent`
+/// the case does not run; a parent that is no cgroup2 directory is refused.
+#[test]
+fn a_process_that_moves_to_another_cgroup_is_scored_and_the_suites_cgroups_removed() {
+    if !have(Need::Cgroup) {
+        return;
+    }
+    let mount = cgroup2_mount().expect("cgroup2 mount");
+    let parent = OwnCgroup(mount.join(format!("reaper-test-suite-{}", std::process::id())));
+    std::fs::create_dir(&parent.0)
+        .unwrap_or_else(|e| panic!("cannot create {}: {e}", parent.0.display()));
+    let dir = parent.0.to_str().expect("a UTF-8 cgroup path");
+    let children = || -> Vec<String> {
+        std::fs::read_dir(&parent.0)
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+
+    let (status, v, err) = suite(&[
+        "--cgroup-parent",
+        dir,
+        "--only",
+        "cgroup:term,cgroup:exit",
+        "--",
+        "sh",
+        "-c",
+        KILLS_ONLY_ITS_CHILD,
+    ]);
+    assert_eq!(status, 1, "{err}: {v:#}");
+    let c = cells(&v);
+    let term = cell(&c, AWAY, "term");
+    assert_eq!(term["result"], "leaked", "{term:#}");
+    assert_eq!(roles(term), ["mover"], "{term:#}");
+    let escaped = &term["trials"][0]["survivors"][0]["escaped_by"];
+    assert!(
+        escaped
+            .as_array()
+            .is_some_and(|a| a.iter().any(|w| w == "left-cgroup")),
+        "{term:#}"
+    );
+    assert_eq!(
+        children(),
+        Vec::<String>::new(),
+        "the suite removed its cgroups"
+    );
+
+    let (status, v, err) = suite(&[
+        "--cgroup-parent",
+        dir,
+        "--only",
+        "cgroup:term,cgroup:exit",
+        "--",
+        env!("CARGO_BIN_EXE_reaper"),
+        "run",
+        "--",
+        "{}",
+    ]);
+    assert_eq!(status, 0, "{err}: {v:#}");
+    for c in cells(&v) {
+        assert_eq!(c["result"], "clean", "{c:#}");
+    }
+    assert_eq!(
+        children(),
+        Vec::<String>::new(),
+        "the suite removed its cgroups"
+    );
+
+    let (status, v, err) = suite(&["--only", AWAY, "--", "sh", "-c", KILLS_ONLY_ITS_CHILD]);
+    assert_eq!(status, 0, "{err}");
+    for c in cells(&v) {
+        assert_eq!(c["result"], "not-applicable", "{c:#}");
+    }
+
+    let out = run_reaper([
+        "check",
+        "--suite",
+        "--cgroup-parent",
+        "/tmp",
+        "--only",
+        AWAY,
+        "--",
+        "sh",
+        "-c",
+        "{}",
+    ]);
+    assert_eq!(code(&out), 2, "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("not a cgroup2 directory"),
+        "{}",
+        stderr(&out)
+    );
 }

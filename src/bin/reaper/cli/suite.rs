@@ -21,6 +21,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+use reaper_platform::linux::cgroupfs;
 use reaper_platform::{process, signal, Signal};
 use serde::Serialize;
 
@@ -36,6 +37,9 @@ struct Case {
     exits: Option<&'static [&'static str]>,
     /// How many processes the tree records at least once it is ready: fewer and it did not run.
     at_least: usize,
+    /// The tree moves a process into a cgroup the suite creates for it (under `--cgroup-parent`),
+    /// whose path ends its command.
+    away: bool,
 }
 
 const CASES: &[Case] = &[
@@ -45,6 +49,7 @@ const CASES: &[Case] = &[
         stays: &["tree", "2"],
         exits: Some(&["tree", "2", "--leader-exits"]),
         at_least: 2,
+        away: false,
     },
     Case {
         name: "setsid",
@@ -52,6 +57,7 @@ const CASES: &[Case] = &[
         stays: &["setsid-grandchild"],
         exits: Some(&["setsid-grandchild", "--leader-exits"]),
         at_least: 3,
+        away: false,
     },
     Case {
         name: "daemon",
@@ -59,6 +65,16 @@ const CASES: &[Case] = &[
         stays: &["daemon"],
         exits: Some(&["daemon", "--leader-exits"]),
         at_least: 3,
+        away: false,
+    },
+    Case {
+        name: "cgroup",
+        what: "a child that moves itself into another cgroup (the suite's, under --cgroup-parent) \
+               and a session of its own, and ignores SIGTERM, SIGINT and SIGHUP",
+        stays: &["leave-cgroup"],
+        exits: Some(&["leave-cgroup", "--leader-exits"]),
+        at_least: 2,
+        away: true,
     },
     Case {
         name: "pipe",
@@ -66,6 +82,7 @@ const CASES: &[Case] = &[
         stays: &["hold-stdout", "--leader-stays"],
         exits: Some(&["hold-stdout"]),
         at_least: 2,
+        away: false,
     },
     Case {
         name: "storm",
@@ -73,6 +90,7 @@ const CASES: &[Case] = &[
         stays: &["fork-storm", "64", "--ready-at", "8"],
         exits: Some(&["fork-storm", "64", "--ready-at", "8", "--leader-exits"]),
         at_least: 8,
+        away: false,
     },
     Case {
         name: "stopped",
@@ -80,6 +98,7 @@ const CASES: &[Case] = &[
         stays: &["stopped-child"],
         exits: None,
         at_least: 2,
+        away: false,
     },
 ];
 
@@ -263,6 +282,8 @@ struct Suite {
     timeout: Duration,
     settle: Duration,
     me: i32,
+    /// `--cgroup-parent`: where a case's `away` cgroup is created (`None`: those cases do not run).
+    away_parent: Option<PathBuf>,
 }
 
 pub fn main(args: CheckArgs) -> u8 {
@@ -306,6 +327,15 @@ pub fn main(args: CheckArgs) -> u8 {
         }
     } else {
         print_table(&report, timeout, args.settle);
+        let away_cases = CASES.iter().filter(|k| k.away).map(|k| k.name);
+        for name in away_cases.filter(|n| report.cells.iter().any(|c| c.case == *n)) {
+            if args.contain.cgroup_parent.is_none() {
+                out!(
+                    "\n{name}: not run: it needs --cgroup-parent DIR, a cgroup2 directory of \
+                     yours, where the suite creates the cgroup the tree moves into"
+                );
+            }
+        }
     }
     if let Some(e) = &report.error {
         say!("reaper: the suite could not run to its end: {e}");
@@ -390,12 +420,24 @@ fn run(args: &CheckArgs, timeout: Duration, report: &mut Report) -> Result<(), S
             "cannot tell where the reaper binary is, which the cases run as `reaper fixture`: {e}"
         ))
     })?;
+    let away_parent = args.contain.cgroup_parent.clone();
+    if let Some(dir) = &away_parent {
+        // Never a cgroup v1 hierarchy: it has a cgroup.procs too.
+        if !cgroupfs::is_cgroup2(dir).unwrap_or(false) {
+            return Err(SuiteError::Usage(format!(
+                "--cgroup-parent {}: not a cgroup2 directory (the suite creates the cgroup \
+                 case's cgroup there: a cgroup of yours)",
+                dir.display()
+            )));
+        }
+    }
     let suite = Suite {
         exe,
         template: args.command.clone(),
         timeout,
         settle: args.settle,
         me: rustix::process::getpid().as_raw_nonzero().get(),
+        away_parent,
     };
     for case in CASES {
         for &end in ENDS {
@@ -407,7 +449,7 @@ fn run(args: &CheckArgs, timeout: Duration, report: &mut Report) -> Result<(), S
                 End::Timeout => has("{timeout}"),
                 End::Exit => case.exits.is_some(),
                 _ => true,
-            };
+            } && (!case.away || suite.away_parent.is_some());
             let mut cell = Cell {
                 case: case.name,
                 end,
@@ -485,6 +527,8 @@ struct Started {
     wrapper: Option<(i32, u64)>,
     wrapper_status: Option<Option<i32>>,
     stdin: Option<OwnedFd>,
+    /// The cgroup the suite created for the tree to move into, removed once the tree is dead.
+    away: Option<PathBuf>,
 }
 
 fn trial(suite: &Suite, case: &Case, end: End) -> Result<Trial, SuiteError> {
@@ -495,6 +539,7 @@ fn trial(suite: &Suite, case: &Case, end: End) -> Result<Trial, SuiteError> {
         wrapper: None,
         wrapper_status: None,
         stdin: None,
+        away: None,
     };
     let result = trial_in(suite, case, end, &dir, &mut started);
     let cleaned = clean_up(&dir, &mut started, suite.me);
@@ -551,6 +596,19 @@ fn trial_in(
         ready.clone().into(),
     ];
     hostile.extend(scenario.iter().map(OsString::from));
+    if let (true, Some(parent)) = (case.away, &suite.away_parent) {
+        let away = parent.join(
+            dir.file_name()
+                .map_or_else(|| "reaper-suite-away".into(), |n| n.to_os_string()),
+        );
+        cgroupfs::mkdir(&away).map_err(|e| {
+            SuiteError::Case(format!(
+                "{e} (the cgroup case's cgroup, under --cgroup-parent: a cgroup of yours)"
+            ))
+        })?;
+        started.away = Some(away.clone());
+        hostile.push(away.into());
+    }
     // Only the end under test may end the wrapper: its own timeout is far off for the others.
     let timeout = if end == End::Timeout {
         suite.timeout
@@ -691,7 +749,11 @@ fn trial_in(
     let mut zombies = 0;
     // Read again: a fork storm may have grown.
     for r in recorded(&pids) {
-        if let Some(process) = describe(r.pid, r.start, leader_pgid, leader_sid, suite.me) {
+        if let Some(mut process) = describe(r.pid, r.start, leader_pgid, leader_sid, suite.me) {
+            // The mover records itself once in the suite's cgroup.
+            if r.role == "mover" {
+                process.escaped_by.push("left-cgroup");
+            }
             survivors.push(Leaked {
                 role: r.role,
                 process,
@@ -981,11 +1043,32 @@ fn clean_up(dir: &Path, started: &mut Started, me: i32) -> Result<(), SuiteError
     if let Some(s) = started.sentinel.take() {
         kill_child(s);
     }
+    if let Some(away) = started.away.take() {
+        remove_away(&away, deadline)?;
+    }
     // The tree's orphans came back to the suite (a subreaper): their zombies.
     // SAFETY: waitpid(2) with WNOHANG writes the status into a local; every child the suite still
     // cares about was reaped above.
     while unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) } > 0 {}
     Ok(())
+}
+
+/// Removes the cgroup the suite created for a tree to move into, once its processes (the
+/// tree's, killed) have left it: a process only just dead may still be counted in it.
+fn remove_away(away: &Path, deadline: Instant) -> Result<(), SuiteError> {
+    loop {
+        match cgroupfs::rmdir(away) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) if e.is_busy() && Instant::now() < deadline => std::thread::sleep(TICK),
+            Err(e) => {
+                return Err(SuiteError::Case(format!(
+                    "{e}: the cgroup the suite created for the cgroup case is left (processes \
+                     the suite did not start moved into it?)"
+                )))
+            }
+        }
+    }
 }
 
 /// The suite's live children but the sentinel: (pid, starttime).
