@@ -34,7 +34,7 @@ npm_main=$dist/npm/reaper-cli-$version.tgz npm_platform=$dist/npm/reaper-cli-lin
 { [ -f "$npm_main" ] && [ -f "$npm_platform" ]; } || die "no npm packages in $dist/npm"
 
 # The interop suites' helpers (fake codex, the fixture), built with reaper as ci/test.sh builds them.
-cargo build --quiet -p reaper -p reaper-testkit --bins
+cargo build --quiet -p reaper-cli -p reaper-testkit --bins
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/reaper-dist-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export UV_CACHE_DIR=$tmp/uv-cache UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1
