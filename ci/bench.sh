@@ -27,7 +27,7 @@ done
 # in one invocation as ci/test.sh builds them, so the smoke run reuses that build (built alone,
 # testkit would get its tokio and rmcp with other features, compiled again).
 build() {
-  cargo build --quiet "$@" -p reaper -p reaper-testkit --bins
+  cargo build --quiet "$@" -p reaper-cli -p reaper-testkit --bins
 }
 target=${CARGO_TARGET_DIR:-target}
 if [ -n "$quick" ]; then
@@ -61,7 +61,7 @@ export REAPER_BENCH_COMMIT REAPER_BENCH_RUSTC REAPER_BENCH_DATE
 static=()
 if [ -z "$quick" ] && [ "$(uname -m)" = x86_64 ]; then
   if rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
-    cargo build --quiet --profile dist --target x86_64-unknown-linux-musl --bin reaper
+    cargo build --quiet --profile dist --target x86_64-unknown-linux-musl -p reaper-cli --bin reaper
     static=(--static-reaper "$target/x86_64-unknown-linux-musl/dist/reaper")
   else
     echo "ci/bench.sh: no x86_64-unknown-linux-musl target (rustup target add it); no static rows" >&2

@@ -44,7 +44,7 @@ fi
 [ "$rc" = 0 ] || [ "$rc" = 77 ] || die "ci/suite-empty-root.sh failed (exit $rc)"
 
 # The interop suites' helpers (fake codex, the fixture), built with reaper as ci/test.sh builds them.
-cargo build --quiet -p reaper -p reaper-testkit --bins
+cargo build --quiet -p reaper-cli -p reaper-testkit --bins
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/reaper-dist-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export UV_CACHE_DIR=$tmp/uv-cache UV_PYTHON_DOWNLOADS=never UV_NO_CONFIG=1

@@ -59,7 +59,7 @@ targets=()
 for arch in "${arches[@]}"; do targets+=(--target "$(triple "$arch")"); done
 step "build ${arches[*]}"
 s=$SECONDS
-cargo build --locked --quiet --profile dist --bin reaper "${targets[@]}"
+cargo build --locked --quiet --profile dist -p reaper-cli --bin reaper "${targets[@]}"
 echo "built in $((SECONDS - s)) s"
 for arch in "${arches[@]}"; do
   t=$(triple "$arch")

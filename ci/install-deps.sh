@@ -108,7 +108,7 @@ if [ "${REAPER_SKIP_CODEX:-}" != 1 ] && ! "$codex" --version >/dev/null 2>&1; th
   fi
 fi
 
-# tini, for the negative control of tests/init.rs (reaper as PID 1 beside tini); optional: the
+# tini, for the negative control of cli/tests/init.rs (reaper as PID 1 beside tini); optional: the
 # test says "skipped" without it.
 if ! tini --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
@@ -116,7 +116,7 @@ if ! tini --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get 
   apt-get install -y -q --no-remove tini >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-remove tini >/dev/null 2>&1; } || true
   if ! tini --version >/dev/null 2>&1; then
-    echo "note: cannot install tini (Debian package tini); the tini control in tests/init.rs will be skipped"
+    echo "note: cannot install tini (Debian package tini); the tini control in cli/tests/init.rs will be skipped"
   fi
 fi
 

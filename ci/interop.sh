@@ -17,7 +17,7 @@ if "$cache/codex/node_modules/.bin/codex" --version >/dev/null 2>&1; then
   export REAPER_REAL_CODEX="$cache/codex/node_modules/.bin/codex"
 fi
 
-cargo build --quiet -p reaper -p reaper-testkit --bins  # reaper, and reaper-fixture and fake-codex (testkit/)
+cargo build --quiet -p reaper-cli -p reaper-testkit --bins  # reaper (cli/), and reaper-fixture and fake-codex (testkit/)
 
 "$cache/venv/bin/python" -m pytest -q -p no:cacheprovider tests/interop
 

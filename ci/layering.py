@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""The layering of src/ (the library), src/bin/reaper/ (the binary) and platform/src/.
+"""The layering of src/ (the library), cli/src/ (the binary) and platform/src/.
 
 Always enforced (any finding fails):
-- the library never names the binary (`bin::`, `src/bin`, `mod cli`, `mod mcp`);
+- the library never names the binary (`bin::`, `cli/src`, `mod cli`, `mod mcp`), and its
+  package has no binary (src/bin/, src/main.rs: binaries are the package reaper-cli's, cli/);
 - the binary reaches the library through its public API only (no `#[path]` into src/).
 
 Ratcheted (today's findings are listed in ci/layering-allowed.txt; see "Modes"):
@@ -16,7 +17,7 @@ Ratcheted (today's findings are listed in ci/layering-allowed.txt; see "Modes"):
   `child::…` naming a submodule. A path names the module it goes through and, for a name that
   module imports or re-exports (`use x::Y`, `pub use`, `as`), the module defining it too. A finding is an edge that lies on a circle (both ends in one strongly
   connected component), so removing an import never adds one.
-- words: the library (src/ outside src/bin, and platform/src) does not speak the binary's words
+- words: the library (src/ and platform/src) does not speak the binary's words
   in string literals: its long flags (`--memory-max`: every `#[arg(long …)]` of the binary, its
   aliases, and timeout(1)'s getopt table) and its commands (`reaper doctor`: the `Subcommand`
   enum's variants but a hidden one: the guardian's `reaper guardian PID START` is the command
@@ -51,10 +52,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CRATES = (
     ("reaper_platform", "platform/src", "lib"),
     ("reaper", "src", "lib"),
-    ("reaper(bin)", "src/bin/reaper", "bin"),
+    ("reaper(bin)", "cli/src", "bin"),
 )
 LIBRARY = ("src", "platform/src")  # where the binary's words must not be spoken
-BINARY = "src/bin/reaper"
+BINARY = "cli/src"
 ALLOWLIST = os.path.join("ci", "layering-allowed.txt")
 
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -232,9 +233,6 @@ class Crate:
         self.folders = set()  # module paths that are folders
         for dirpath, dirs, files in os.walk(base):
             dirs.sort()
-            rel_dir = os.path.relpath(dirpath, base)
-            if kind == "lib" and rel_dir.split(os.sep)[0] == "bin":
-                continue
             for f in sorted(files):
                 if not f.endswith(".rs") or is_test_file(f):
                     continue
@@ -541,8 +539,6 @@ def word_findings(root, flags, commands):
     for base in LIBRARY:
         for dirpath, dirs, files in os.walk(os.path.join(root, base)):
             dirs.sort()
-            if os.path.relpath(dirpath, root).startswith(BINARY.split("/reaper")[0]):
-                continue
             for f in sorted(files):
                 if not f.endswith(".rs") or is_test_file(f):
                     continue
@@ -628,9 +624,10 @@ def main(argv=None):
             + (f"{len(comps)} circle(s) through {sum(len(x) for x in comps)} modules, {on} edges on them" if comps else "no circle")
         )
 
+    for binary in ("src/bin", "src/main.rs"):
+        if os.path.exists(os.path.join(root, binary)):
+            hard.append(f"{binary}: the library's package has no binary (the binary is cli/, reaper-cli)")
     for dirpath, _, files in os.walk(os.path.join(root, "src")):
-        if os.path.join("src", "bin") in dirpath:
-            continue
         for f in files:
             if not f.endswith(".rs"):
                 continue
@@ -640,7 +637,7 @@ def main(argv=None):
             for a, b in sorted(src.tests, reverse=True):
                 text = text[:a] + text[b:]
             text = re.sub(r"//[^\n]*", "", text)
-            if re.search(r"\bbin::|src/bin|mod\s+cli\b|mod\s+mcp\b", text):
+            if re.search(r"\bbin::|cli/src|mod\s+cli\b|mod\s+mcp\b", text):
                 hard.append(f"{os.path.relpath(full, root)}: the library names the binary")
     for dirpath, _, files in os.walk(os.path.join(root, BINARY)):
         for f in files:

@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
-cargo build --quiet -p reaper --bin reaper
+cargo build --quiet -p reaper-cli --bin reaper
 reaper="$PWD/${CARGO_TARGET_DIR:-target}/debug/reaper"
 if ! command -v dumb-init >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   apt-get install -y -qq dumb-init >/dev/null 2>&1 || apt-get update -qq && apt-get install -y -qq dumb-init >/dev/null || true

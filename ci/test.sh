@@ -49,7 +49,7 @@ step "macOS build: cargo clippy --target x86_64-apple-darwin"
 # The pgid backend is macOS's; its platform code is compiled here, never run. No linker needed.
 # Clippy checks reaper-platform too, as a member of the workspace.
 if rustup target list --installed 2>/dev/null | grep -qx x86_64-apple-darwin; then
-  cargo clippy --target x86_64-apple-darwin --lib --bin reaper --examples -- -D warnings
+  cargo clippy --target x86_64-apple-darwin -p reaper -p reaper-cli --lib --bins --examples -- -D warnings
   cargo clippy --target x86_64-apple-darwin -p reaper-testkit --bin reaper-fixture --bin fake-codex -- -D warnings
 else
   echo "skipped: the x86_64-apple-darwin target is not installed (rustup target add x86_64-apple-darwin)"
@@ -58,11 +58,11 @@ fi
 step "what this machine has: a test that needs it must not skip here"
 # A test that needs a backend or tool the machine lacks says `skipped: TEST: WHY`; where the
 # machine has it, the same skip would be a vacuous pass, so REAPER_REQUIRE turns it into a
-# failure (tests/common: `have`).
+# failure (cli/tests/common: `have`).
 # With the tests' helper binaries (testkit/): the tests would build them on first use, this does
 # it up front so that a build failure shows here, once. One invocation: built alone, testkit
 # would get dependencies of its own (tokio, rmcp) with other features, compiled a second time.
-cargo build --quiet -p reaper -p reaper-testkit --bins
+cargo build --quiet -p reaper-cli -p reaper-testkit --bins
 require=()
 if "${CARGO_TARGET_DIR:-target}/debug/reaper" doctor --json | grep -q '"cgroup_writable": true'; then require+=(cgroup); fi
 if unshare --pid --fork --mount-proc true 2>/dev/null; then require+=(pidns); fi
@@ -109,7 +109,15 @@ else
 fi
 
 step "the library alone, embedded: tests/embed (default-features = false)"
-# What an agent that embeds reaper compiles: none of the binary's dependencies.
+# What an agent that embeds reaper compiles: none of the binary's dependencies (the package
+# reaper-cli's), with its default features (systemd: zbus) or without (tests/embed: not even zbus).
+tree=$(cargo tree -p reaper -e normal --prefix none)
+for dep in clap rmcp tracing-subscriber tokio-util; do
+  if grep -q "^$dep v" <<<"$tree"; then
+    echo "the reaper package pulls in $dep: the library must not need it"
+    exit 1
+  fi
+done
 tree=$(cargo tree --manifest-path tests/embed/Cargo.toml -e normal --prefix none)
 for dep in clap rmcp zbus tracing-subscriber tokio-util; do
   if grep -q "^$dep v" <<<"$tree"; then
@@ -117,7 +125,7 @@ for dep in clap rmcp zbus tracing-subscriber tokio-util; do
     exit 1
   fi
 done
-echo "no clap, rmcp, zbus, tracing-subscriber or tokio-util in the library's tree"
+echo "no clap, rmcp, tracing-subscriber or tokio-util in the library's tree; no zbus without its default features"
 CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}/embed" cargo test --manifest-path tests/embed/Cargo.toml
 
 step "packaging: the static binaries, wheels and npm packages (ci/dist.sh, built beside the tests)"

@@ -18,7 +18,7 @@ SCRIPT = os.path.join(HERE, "layering.py")
 
 # The binary: its flags and commands are the words the library must not speak.
 BINARY = {
-    "src/bin/reaper/main.rs": """
+    "cli/src/main.rs": """
         mod cli;
         #[derive(clap::Subcommand)]
         enum Cmd {
@@ -30,7 +30,7 @@ BINARY = {
         }
         fn main() {}
     """,
-    "src/bin/reaper/cli.rs": """
+    "cli/src/cli.rs": """
         #[derive(clap::Args)]
         pub struct RunArgs {
             /// The memory cap.
@@ -197,15 +197,15 @@ class Layering(unittest.TestCase):
             "src/runs/mod.rs": "mod id;\npub fn next_seq() -> u64 { 0 }\n",
             "src/runs/id.rs": "use crate::containment::cgroup::place;\npub fn of(s: &str) { place::parse(s) }\n",
             # cli <-> mcp in the binary: `show_size`.
-            "src/bin/reaper/main.rs": BINARY["src/bin/reaper/main.rs"].replace("mod cli;", "mod cli;\nmod mcp;"),
-            "src/bin/reaper/cli/mod.rs": "pub mod mcp;\npub mod parse;\n" + BINARY["src/bin/reaper/cli.rs"],
-            "src/bin/reaper/cli/mcp.rs": "pub fn main() { crate::mcp::serve() }\n",
-            "src/bin/reaper/cli/parse.rs": "pub fn show_size(_: u64) -> String { String::new() }\n",
-            "src/bin/reaper/mcp/mod.rs": "mod progress;\npub fn serve() {}\n",
-            "src/bin/reaper/mcp/progress.rs": "use crate::cli::parse::show_size;\n",
+            "cli/src/main.rs": BINARY["cli/src/main.rs"].replace("mod cli;", "mod cli;\nmod mcp;"),
+            "cli/src/cli/mod.rs": "pub mod mcp;\npub mod parse;\n" + BINARY["cli/src/cli.rs"],
+            "cli/src/cli/mcp.rs": "pub fn main() { crate::mcp::serve() }\n",
+            "cli/src/cli/parse.rs": "pub fn show_size(_: u64) -> String { String::new() }\n",
+            "cli/src/mcp/mod.rs": "mod progress;\npub fn serve() {}\n",
+            "cli/src/mcp/progress.rs": "use crate::cli::parse::show_size;\n",
         }
         root = crate(files)
-        os.remove(os.path.join(root, "src/bin/reaper/cli.rs"))
+        os.remove(os.path.join(root, "cli/src/cli.rs"))
         rc, _, err = check(root)
         self.assertEqual(rc, 1)
         for edge in (
@@ -303,6 +303,13 @@ class Layering(unittest.TestCase):
             rc, _, err = check(root, *mode)
             self.assertEqual(rc, 1)
             self.assertIn("src/b.rs: the library names the binary", err)
+
+    def test_the_library_package_has_no_binary(self):
+        files = dict(CLEAN)
+        files["src/bin/tool.rs"] = "fn main() {}\n"
+        rc, _, err = check(crate(files))
+        self.assertEqual(rc, 1)
+        self.assertIn("src/bin: the library's package has no binary", err)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
-//! Where the helper binaries are, for the integration tests of the `reaper` package.
-//! `reaper-fixture` and `fake-codex` belong to this package, so that `cargo install --path .`
+//! Where the helper binaries are, for the integration tests of the `reaper-cli` package (cli/).
+//! `reaper-fixture` and `fake-codex` belong to this package, so that `cargo install --path cli`
 //! installs `reaper` alone, and Cargo's `CARGO_BIN_EXE_<name>` exists only for binaries of the
 //! test's own package (a dev-dependency's binaries are not even built).
 //!

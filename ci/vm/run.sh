@@ -56,7 +56,7 @@ if [ -z "$reaper" ]; then
   done
 fi
 [ -n "$reaper" ] && [ -x "$reaper" ] ||
-  { echo "run.sh: no reaper binary: build it (cargo build --bin reaper) or set REAPER_BIN" >&2; exit 125; }
+  { echo "run.sh: no reaper binary: build it (cargo build -p reaper-cli) or set REAPER_BIN" >&2; exit 125; }
 
 image=$(vm_image_dir)
 if [ ! -f "$image/root.img" ]; then

@@ -102,7 +102,7 @@ async fn a_stop_from_the_leader_counts_every_process_alive_when_it_began() {
 /// failure: "reaper cannot contain this call", exit 125. It is the command that cannot be
 /// invoked (126, as GNU timeout says it), and the message says why and what to do. Both spawn
 /// paths: clone3 (cgroup backend) and std's fork + exec (pgid backend), and both limits (one
-/// string, the total). End to end: tests/reports.rs, for `reaper run` and `reaper mcp`.
+/// string, the total). End to end: cli/tests/reports.rs, for `reaper run` and `reaper mcp`.
 #[tokio::test(flavor = "current_thread")]
 async fn an_exec_too_large_for_the_kernel_is_126_and_says_so() {
     let Some(mut probe) = start(&["true"]).await else {

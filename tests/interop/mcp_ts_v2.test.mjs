@@ -345,7 +345,7 @@ test("50 concurrent tasks, results read late: the server stays under its memory 
   const bound = resultsMax + 4 + running * 8 + 16;
   console.log(`# 50 tasks x 4 MiB results: peak RSS ${before} -> ${after} KiB (+${grewMiB.toFixed(1)} MiB, bound ${bound} MiB); kept ${kept.length}, expired ${expired.length}`);
   assert.ok(grewMiB < bound, `peak RSS grew by ${grewMiB} MiB`);
-  // What fits in the bound was kept (the first to finish went first: tests/mcp_tasks.rs).
+  // What fits in the bound was kept (the first to finish went first: cli/tests/mcp_tasks.rs).
   assert.ok(kept.length >= 3, JSON.stringify(kept));
   assert.ok(kept.length * 4 <= resultsMax + 4, `kept ${kept.length} results of ~4 MiB`);
   await s.close();
