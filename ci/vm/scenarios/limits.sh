@@ -88,8 +88,11 @@ cpus() {  # WHO
   cat "$r"; printf '(exit %s)\n' "$st"
   [ "$st" -eq 124 ] && pass "$who: exit 124" || fail "$who: exit $st"
   local u; u=$(jget "$r" 'r["usage"]["cpu_usage_usec"]')
-  [ "$(jget "$r" '700000 <= r["usage"]["cpu_usage_usec"] <= 1300000')" = True ] &&
-    pass "$who: usage_usec $u (about 1 s in 2 s)" || fail "$who: usage_usec $u, expected about 1000000"
+  # Half a CPU over the run's life, not the 2 s asked: under QEMU the start and the stop stretch
+  # it, and CFS's bandwidth overshoots a little; an unlimited loop takes the whole CPU.
+  local d; d=$(jget "$r" 'r["duration_ms"]')
+  [ "$(jget "$r" '0.2 * r["duration_ms"] * 1000 <= r["usage"]["cpu_usage_usec"] <= 0.7 * r["duration_ms"] * 1000')" = True ] &&
+    pass "$who: usage_usec $u in $d ms (half a CPU)" || fail "$who: usage_usec $u in $d ms, expected about half"
   [ "$(jget "$r" 'r["usage"]["cpu_nr_throttled"] > 0 and r["usage"]["cpu_throttled_usec"] > 0')" = True ] &&
     pass "$who: throttled $(jget "$r" 'r["usage"]["cpu_nr_throttled"]') times, $(jget "$r" 'r["usage"]["cpu_throttled_usec"]') us" ||
     fail "$who: no throttling reported"
