@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use std::path::Path;
 
 const CASES: &[&str] = &["orphan", "setsid", "daemon", "pipe", "storm", "stopped"];
 
@@ -408,5 +409,54 @@ fn a_process_that_moves_to_another_cgroup_is_scored_and_the_suites_cgroups_remov
         stderr(&out).contains("not a cgroup2 directory"),
         "{}",
         stderr(&out)
+    );
+}
+
+/// A wrapper that appends a line naming another process (`PID START`, given) to the tree's pid
+/// file, writes MARKER, then leaks the case as `KILLS_ONLY_ITS_CHILD` does.
+fn forging_wrapper(innocent: &str, marker: &Path) -> String {
+    format!(
+        r#"set -- {{}}; p=; prev=; for a; do [ "$prev" = --pids ] && p=$a; prev=$a; done
+printf '%s child 1 1\n' '{innocent}' >> "$p" && echo forged > '{}'
+"$@" & c=$!; trap 'kill -KILL $c; exit 143' TERM INT; wait $c"#,
+        marker.display()
+    )
+}
+
+#[test]
+fn a_wrapper_that_forges_the_pid_file_gets_no_other_process_killed() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("forged");
+    // Another process of the suite's user, outside the case: not the suite's child either.
+    let mut innocent = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .expect("sleep");
+    let pid = innocent.id() as i32;
+    let (_, start) = stat(pid).expect("the innocent process's stat");
+    let script = forging_wrapper(&format!("{pid} {start}"), &marker);
+    let (code, v, err) = suite(&["--only", "setsid:term", "--", "sh", "-c", &script]);
+    let alive = matches!(innocent.try_wait(), Ok(None));
+    let _ = innocent.kill();
+    let _ = innocent.wait();
+    assert!(
+        marker.exists(),
+        "the wrapper did not forge the pid file: {err}"
+    );
+    let c = cells(&v);
+    let c = cell(&c, "setsid", "term");
+    // The tree was left to the suite's cleanup, which read the forged line.
+    assert_eq!(c["result"], "leaked", "{c:#}");
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        alive,
+        "the suite's cleanup killed a process the wrapper named: {c:#}"
+    );
+    assert!(
+        !roles(c).is_empty()
+            && c["trials"][0]["survivors"]
+                .as_array()
+                .is_some_and(|s| s.iter().all(|s| s["pid"].as_i64() != Some(i64::from(pid)))),
+        "the forged process was scored as a survivor: {c:#}"
     );
 }

@@ -7,8 +7,9 @@
 //! Survivors are found without the wrapper's help: every process of a case's tree writes its
 //! `PID STARTTIME ROLE PGID SID` line, and holds a shared lock on the case's oracle file while it lives
 //! (see `crate::fixture`). The suite is a child subreaper (as every face of reaper), so an
-//! orphan of the case comes back to it, and it kills afterwards only the processes whose
-//! (pid, starttime) the tree recorded.
+//! orphan of the case comes back to it. Afterwards it kills only what is proven the tree's: its
+//! own orphans, and the recorded processes that hold the oracle file open (the pid file, which
+//! the wrapper can write, only names the candidates).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -531,6 +532,65 @@ struct Started {
     away: Option<PathBuf>,
 }
 
+/// The file every process of a case's tree holds open (and a shared lock on): created and
+/// opened by the suite before the wrapper starts, so the wrapper cannot swap in another. Having
+/// it open is what proves a process is the tree's; the pid file, in a directory the wrapper can
+/// write, is only the tree's claim.
+struct Oracle {
+    file: File,
+    dev: u64,
+    ino: u64,
+}
+
+impl Oracle {
+    fn create(path: &Path) -> Result<Oracle, SuiteError> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+            .map_err(|e| case_error("cannot create the case's oracle file", e))?;
+        let st =
+            rustix::fs::fstat(&file).map_err(|e| case_error("cannot stat the oracle file", e))?;
+        Ok(Oracle {
+            file,
+            dev: st.st_dev,
+            ino: st.st_ino,
+        })
+    }
+
+    /// Whether every process of the tree is dead: none holds the oracle's shared lock any more.
+    fn tree_dead(&self) -> bool {
+        use rustix::fs::{flock, FlockOperation};
+        let free = flock(&self.file, FlockOperation::NonBlockingLockExclusive).is_ok();
+        if free {
+            let _ = flock(&self.file, FlockOperation::Unlock);
+        }
+        free
+    }
+
+    /// Whether the process PID has this very file open (one of its fds names its device and
+    /// inode). False where its fds cannot be read (another user's process).
+    fn held_by(&self, pid: i32) -> bool {
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            return false;
+        };
+        fds.filter_map(|e| e.ok())
+            .filter_map(|e| rustix::fs::stat(e.path()).ok())
+            .any(|st| st.st_dev == self.dev && st.st_ino == self.ino)
+    }
+
+    /// SIGKILL to the process (pid, starttime) through a pidfd, only if that process holds the
+    /// oracle: opened first, so a pid reused after the check names no other process.
+    fn kill_holder(&self, pid: i32, start: u64) {
+        if let Some(h) = process::Handle::open_checked(pid, start) {
+            if self.held_by(pid) {
+                let _ = signal::to_handle(&h, Signal::KILL);
+            }
+        }
+    }
+}
+
 fn trial(suite: &Suite, case: &Case, end: End) -> Result<Trial, SuiteError> {
     let dir = scratch()?;
     let mut started = Started {
@@ -541,8 +601,13 @@ fn trial(suite: &Suite, case: &Case, end: End) -> Result<Trial, SuiteError> {
         stdin: None,
         away: None,
     };
-    let result = trial_in(suite, case, end, &dir, &mut started);
-    let cleaned = clean_up(&dir, &mut started, suite.me);
+    let (result, cleaned) = match Oracle::create(&dir.join("oracle")) {
+        Ok(oracle) => {
+            let t = trial_in(suite, case, end, &dir, &oracle, &mut started);
+            (t, clean_up(&dir, &oracle, &mut started, suite.me))
+        }
+        Err(e) => (Err(e), Ok(())),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     let t = result?;
     cleaned?;
@@ -561,6 +626,7 @@ fn trial_in(
     case: &Case,
     end: End,
     dir: &Path,
+    held: &Oracle,
     started: &mut Started,
 ) -> Result<Trial, SuiteError> {
     let oracle = dir.join("oracle");
@@ -664,7 +730,12 @@ fn trial_in(
             return Err(SuiteError::Stopped);
         }
         if started.wrapper.is_none() {
-            started.wrapper = read_pid_line(&parent_pid);
+            // A claim in a file the wrapper can write: believed for a child of the parent the
+            // suite started.
+            started.wrapper = read_pid_line(&parent_pid).filter(|&(pid, start)| {
+                process::stat(pid)
+                    .is_ok_and(|s| s.starttime == start && Some(s.ppid) == started.parent)
+            });
         }
         if ready.exists() && started.wrapper.is_some() {
             break;
@@ -728,7 +799,7 @@ fn trial_in(
         if STOP.load(Ordering::Relaxed) {
             return Err(SuiteError::Stopped);
         }
-        if died_at.is_none() && tree_dead(&oracle) {
+        if died_at.is_none() && held.tree_dead() {
             died_at = Some(Instant::now());
         }
         if returned_at.is_none() && wrapper_returned(started) {
@@ -749,7 +820,12 @@ fn trial_in(
     let mut zombies = 0;
     // Read again: a fork storm may have grown.
     for r in recorded(&pids) {
-        if let Some(mut process) = describe(r.pid, r.start, leader_pgid, leader_sid, suite.me) {
+        // A line alone is the tree's claim: a survivor is a process that holds the oracle (one
+        // the suite cannot look into counts as unseen, below).
+        let proven = held.held_by(r.pid);
+        if let Some(mut process) =
+            describe(r.pid, r.start, leader_pgid, leader_sid, suite.me).filter(|_| proven)
+        {
             // The mover records itself once in the suite's cgroup.
             if r.role == "mover" {
                 process.escaped_by.push("left-cgroup");
@@ -779,7 +855,7 @@ fn trial_in(
     }
     // Alive, yet none of its recorded pids names a live process here: the tree runs in a PID
     // namespace of its own (a sandbox), whose pids mean other processes here.
-    let unseen = (returned || end == End::Parent) && survivors.is_empty() && !tree_dead(&oracle);
+    let unseen = (returned || end == End::Parent) && survivors.is_empty() && !held.tree_dead();
     let status = started.wrapper_status.map(show_status);
     let status_ok = match (end.wants_failure(), &status) {
         (Some(fail), Some(s)) => Some((s != "exit 0") == fail),
@@ -909,15 +985,6 @@ fn read_pid_line(path: &Path) -> Option<(i32, u64)> {
     Some((f.next()?.parse().ok()?, f.next()?.parse().ok()?))
 }
 
-/// Whether every process of the tree is dead: none holds the oracle's shared lock any more
-/// (a missing oracle: the tree never started).
-fn tree_dead(oracle: &Path) -> bool {
-    let Ok(f) = File::open(oracle) else {
-        return true;
-    };
-    rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive).is_ok()
-}
-
 enum Reaped {
     Running,
     /// The raw wait status.
@@ -999,7 +1066,7 @@ fn kill_checked(pid: i32, start: u64) {
 
 /// Ends everything the trial started: the wrapper and its parent, the tree (only the processes
 /// it recorded), the sentinel; reaps the suite's children.
-fn clean_up(dir: &Path, started: &mut Started, me: i32) -> Result<(), SuiteError> {
+fn clean_up(dir: &Path, oracle: &Oracle, started: &mut Started, me: i32) -> Result<(), SuiteError> {
     drop(started.stdin.take());
     if let Some(p) = started.parent.take() {
         kill_child(p);
@@ -1012,12 +1079,12 @@ fn clean_up(dir: &Path, started: &mut Started, me: i32) -> Result<(), SuiteError
         }
         started.wrapper_status = Some(None);
     }
-    let oracle = dir.join("oracle");
     let pids = dir.join("pids");
     let deadline = Instant::now() + CLEANUP_WITHIN;
-    while !tree_dead(&oracle) {
+    while !oracle.tree_dead() {
+        // The pid file is a claim: a line kills only a process that holds the oracle.
         for r in recorded(&pids) {
-            kill_checked(r.pid, r.start);
+            oracle.kill_holder(r.pid, r.start);
         }
         // A tree in a PID namespace of its own is not found by its pids; the processes holding
         // it came back to the suite as orphans of the wrapper (the suite starts nothing else).
