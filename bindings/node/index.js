@@ -280,21 +280,35 @@ function spawn(command, args, options) {
     if (fd < 0) return;
     const s = new net.Socket({ fd, readable: i !== 0, writable: i === 0 });
     child._open++;
-    s.on("close", () => {
-      child._open--;
-      child._maybeClose();
-    });
+    s.on("close", weakly(child, streamClosed));
     child.stdio[i] = s;
   });
   [child.stdin, child.stdout, child.stderr] = child.stdio;
-  const weak = new WeakRef(child);
-  n.wait((json) => {
-    const c = weak.deref();
-    if (c) c._onOutcome(JSON.parse(json));
-  });
+  n.wait(weakly(child, ended));
   live.add(child);
-  process.nextTick(() => child.emit("spawn"));
+  process.nextTick(weakly(child, spawned));
   return child;
+}
+
+// What the addon and the streams call back must not keep an unreferenced handle from collection:
+// each callback holds the child weakly, and is made outside `spawn` (a closure made there would
+// share its scope, and so `child`, with the others).
+function streamClosed(c) {
+  c._open--;
+  c._maybeClose();
+}
+function ended(c, json) {
+  c._onOutcome(JSON.parse(json));
+}
+function spawned(c) {
+  c.emit("spawn");
+}
+function weakly(child, f) {
+  const weak = new WeakRef(child);
+  return (...args) => {
+    const c = weak.deref();
+    if (c) f(c, ...args);
+  };
 }
 
 /**
