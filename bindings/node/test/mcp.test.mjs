@@ -58,6 +58,7 @@ for (const [mode, how] of [
 
 for (const [mode, how] of [
   ["sdk-close", "close()"],
+  ["sdk-throw", "an uncaught exception in the client"],
   ["sdk-sigkill", "SIGKILL of the client"],
 ]) {
   test(`measurement: the SDK's own StdioClientTransport, ${how}`, async (t) => {
