@@ -33,6 +33,10 @@ export interface SpawnOptions {
   sandbox?: "on" | "pid" | boolean;
   /** Covered by this process's guardian if Node is SIGKILLed (default true). */
   guardian?: boolean;
+  /** Let the command use this process's terminal as a foreground job does (default false: it runs in a process group of its own, and a read from the terminal stops it). */
+  foreground?: boolean;
+  /** Aborting it stops the whole tree (killSignal, grace, SIGKILL) and emits an AbortError. */
+  signal?: AbortSignal;
 }
 
 export type StopReason =

@@ -244,6 +244,9 @@ function spawn(command, args, options) {
   child.spawnfile = file;
   child.spawnargs = [file, ...argv];
   child._killSignal = killSignal;
+  if (options.signal !== undefined && !(options.signal instanceof AbortSignal)) {
+    throw new TypeError("options.signal must be an AbortSignal");
+  }
   if (options.guardian !== false) startGuardian();
   let n;
   try {
@@ -261,6 +264,7 @@ function spawn(command, args, options) {
       cpus: limits.cpus,
       sandbox: options.sandbox === true ? "on" : options.sandbox || undefined,
       guardian: options.guardian !== false,
+      foreground: options.foreground === true,
     });
   } catch (e) {
     const err = spawnError(e, file, child.spawnargs);
@@ -287,12 +291,30 @@ function spawn(command, args, options) {
   n.wait(weakly(child, ended));
   live.add(child);
   process.nextTick(weakly(child, spawned));
+  if (options.signal) abortWith(child, options.signal);
   return child;
 }
 
 // What the addon and the streams call back must not keep an unreferenced handle from collection:
 // each callback holds the child weakly, and is made outside `spawn` (a closure made there would
 // share its scope, and so `child`, with the others).
+// As child_process: an aborted signal stops the tree (killSignal) and emits an AbortError.
+function abortWith(child, signal) {
+  const onAbort = weakly(child, (c) => {
+    if (c._exited) return;
+    c.kill(c._killSignal);
+    const err = new Error("The operation was aborted", { cause: signal.reason });
+    err.name = "AbortError";
+    err.code = "ABORT_ERR";
+    c.emit("error", err);
+  });
+  if (signal.aborted) process.nextTick(onAbort);
+  else {
+    signal.addEventListener("abort", onAbort, { once: true });
+    child.once("exit", () => signal.removeEventListener("abort", onAbort));
+  }
+}
+
 function streamClosed(c) {
   c._open--;
   c._maybeClose();

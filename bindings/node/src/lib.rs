@@ -106,6 +106,8 @@ pub struct SpawnOptions {
     pub sandbox: Option<String>,
     /// Whether the run is covered by this process's guardian (when one runs).
     pub guardian: Option<bool>,
+    /// The command may use this process's terminal as a foreground job does.
+    pub foreground: Option<bool>,
 }
 
 /// What [`NativeChild::wait`] calls with the outcome.
@@ -293,6 +295,9 @@ pub fn spawn(opts: SpawnOptions) -> Result<NativeChild> {
                 "sandbox: {other:?} is not \"on\" nor \"pid\""
             )))
         }
+    }
+    if opts.foreground == Some(true) {
+        cmd.foreground(true);
     }
     if opts.guardian.unwrap_or(true) {
         if let Some(g) = guardian() {

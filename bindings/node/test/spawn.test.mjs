@@ -140,3 +140,19 @@ test("garbage collection of an unreferenced handle kills its tree", async (t) =>
     return recorded(dir).every((p) => !running(p));
   });
 });
+
+test("an aborted options.signal ends the tree and emits an AbortError", async (t) => {
+  if (!needFixture(t)) return;
+  const dir = scratch();
+  t.after(() => cleanup(dir));
+  const [cmd, args] = hostile(dir, "setsid-grandchild");
+  const ac = new AbortController();
+  const child = reaper.spawn(cmd, args, { stdio: "ignore", grace: 200, signal: ac.signal });
+  const error = new Promise((resolve) => child.on("error", resolve));
+  await ready(dir);
+  proveRan(assert, dir, ["leader", "child", "grandchild"]);
+  ac.abort();
+  assert.equal((await error).name, "AbortError");
+  await exitOf(child);
+  assert.deepEqual(survivors(dir), []);
+});
