@@ -93,13 +93,13 @@ export function survivors(dir) {
 
 /** Resolves once `check()` is true, looking again on each turn of the event loop (bounded by
  * the test's own timeout, never by a time of ours). */
-export async function until(check) {
-  while (!check()) await new Promise((r) => setTimeout(r, 20));
+export async function until(check, stop = () => false) {
+  while (!check() && !stop()) await new Promise((r) => setTimeout(r, 20));
 }
 
-/** Resolves once the fixture says its tree is built. */
-export function ready(dir) {
-  return until(() => fs.existsSync(path.join(dir, "ready")));
+/** Resolves once the fixture says its tree is built (or `stop()` says to look no more). */
+export function ready(dir, stop) {
+  return until(() => fs.existsSync(path.join(dir, "ready")), stop);
 }
 
 /** Kills what the test recorded and still runs (pid and start time checked again). */

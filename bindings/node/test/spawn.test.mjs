@@ -17,8 +17,9 @@ test("timeout ends the tree: a setsid'd grandchild that ignores SIGTERM", async 
   const [cmd, args] = hostile(dir, "setsid-grandchild");
   // Long enough for the tree to be built first (proved below), short for a test.
   const child = reaper.spawn(cmd, args, { stdio: "ignore", timeout: 3000, grace: 200 });
-  await ready(dir);
-  const { code, sig } = await exitOf(child);
+  // An exit before the tree is built fails below (proveRan), rather than hanging here.
+  await ready(dir, () => child.outcome !== null);
+  const { code, sig } = child.outcome ? { code: child.exitCode, sig: child.signalCode } : await exitOf(child);
   proveRan(assert, dir, ["leader", "child", "grandchild"]);
   assert.equal(child.outcome.stopReason, "timeout");
   assert.equal(code, null);
@@ -94,8 +95,9 @@ test("run() with a timeout: the outcome, and a tree with setsid'd processes gone
   const dir = scratch();
   t.after(() => cleanup(dir));
   const [cmd, args] = hostile(dir, "tree", "12", "--setsid-every", "3");
-  const done = reaper.run(cmd, args, { timeout: 3000, grace: 200, encoding: "utf8" });
-  await ready(dir);
+  let over = false;
+  const done = reaper.run(cmd, args, { timeout: 3000, grace: 200, encoding: "utf8" }).finally(() => (over = true));
+  await ready(dir, () => over);
   const r = await done;
   assert.equal(recorded(dir).length, 12, "the 12 processes of the tree ran");
   assert.equal(r.outcome.stopReason, "timeout");
