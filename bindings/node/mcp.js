@@ -165,6 +165,34 @@ class StdioClientTransport {
     this._readBuffer.clear();
   }
 
+  /**
+   * Ends a server this transport started without a session (the v2 client's disposable
+   * probe sibling, which it makes only of a transport that has this method): its whole tree
+   * stopped (SIGTERM, the grace, SIGKILL), awaited.
+   */
+  async _dispose() {
+    const child = this._process;
+    this._process = undefined;
+    if (child && child.outcome === null) {
+      const exited = new Promise((resolve) => child.once("exit", resolve));
+      try {
+        child.stdin?.end();
+      } catch {
+        // ignore
+      }
+      child.kill("SIGTERM");
+      await exited;
+    }
+    for (const s of [child?.stdout, child?.stdin, child?.stderr]) {
+      try {
+        s?.destroy();
+      } catch {
+        // ignore
+      }
+    }
+    this._readBuffer.clear();
+  }
+
   send(message) {
     return new Promise((resolve) => {
       if (!this._process?.stdin) throw new Error("Not connected");

@@ -4,14 +4,16 @@
 //   node client.mjs MODE DIR
 import { createRequire } from "node:module";
 import path from "node:path";
-import { reaper, hostile, ready, mcpSpec, testDir } from "./helpers.mjs";
+import { reaper, hostile, ready, mcpSpec, testDir, stat } from "./helpers.mjs";
 
 const [mode, dir] = process.argv.slice(2);
 const say = (o) => process.stdout.write(JSON.stringify(o) + "\n");
 
-async function mcpClient(plain) {
+async function mcpClient(plain, v2) {
   const sdk = createRequire(path.join(process.env.MCP_SDK_DIR, "x.js"));
-  const { Client } = sdk("@modelcontextprotocol/sdk/client/index.js");
+  const { Client } = v2
+    ? createRequire(path.join(process.env.MCP_SDK_V2_DIR, "x.js"))("@modelcontextprotocol/client")
+    : sdk("@modelcontextprotocol/sdk/client/index.js");
   const { StdioClientTransport } = plain
     ? sdk("@modelcontextprotocol/sdk/client/stdio.js")
     : createRequire(import.meta.url)(mcpSpec);
@@ -28,15 +30,17 @@ async function mcpClient(plain) {
 
 let client;
 let transport;
-if (mode.startsWith("mcp-") || mode.startsWith("sdk-")) {
-  ({ client, transport } = await mcpClient(mode.startsWith("sdk-")));
+if (/^(mcp|mcp2|sdk)-/.test(mode)) {
+  ({ client, transport } = await mcpClient(mode.startsWith("sdk-"), mode.startsWith("mcp2-")));
 } else {
   const [cmd, args] = hostile(dir, "setsid-grandchild");
   reaper.spawn(cmd, args, { stdio: "ignore" });
   await ready(dir);
 }
-say({ ready: true, guardian: reaper.guardianPid(), server: transport ? transport.pid : null });
-const end = mode.replace(/^(mcp|sdk)-/, "");
+// The server named for good while it certainly runs (a close may follow at once).
+const server = transport ? { pid: transport.pid, start: stat(transport.pid)?.start } : null;
+say({ ready: true, guardian: reaper.guardianPid(), server });
+const end = mode.replace(/^(mcp|mcp2|sdk)-/, "");
 if (end === "close") {
   await client.close();
   say({ closed: true });

@@ -6,13 +6,15 @@ import fs from "node:fs";
 import { testDir, stat } from "./helpers.mjs";
 
 export const SDK_DIR = process.env.MCP_SDK_DIR || "/root/.cache/reaper-ci/node/node_modules";
+export const SDK_V2_DIR = process.env.MCP_SDK_V2_DIR || "/root/.cache/reaper-ci/node-v2/node_modules";
+export const haveSdkV2 = () => fs.existsSync(path.join(SDK_V2_DIR, "@modelcontextprotocol", "client", "package.json"));
 export const haveSdk = () => fs.existsSync(path.join(SDK_DIR, "@modelcontextprotocol", "sdk", "package.json"));
 
 /** Starts client.mjs MODE DIR; resolves with { proc, info (its `ready` line), lines, exited }. */
 export function startClient(mode, dir, env = {}) {
   const proc = spawn(process.execPath, [path.join(testDir, "client.mjs"), mode, dir], {
     stdio: ["ignore", "pipe", "pipe"],
-    env: { ...process.env, MCP_SDK_DIR: SDK_DIR, ...env },
+    env: { ...process.env, MCP_SDK_DIR: SDK_DIR, MCP_SDK_V2_DIR: SDK_V2_DIR, ...env },
   });
   const exited = new Promise((resolve) => proc.on("exit", (code, sig) => resolve({ code, sig })));
   let stderr = "";

@@ -5,8 +5,8 @@
 // figure for docs/node.md; the leak is cleaned up by recorded pid and start time).
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { needFixture, scratch, proveRan, survivors, recorded, cleanup, until, running, stat } from "./helpers.mjs";
-import { startClient, haveSdk, SDK_DIR } from "./clients.mjs";
+import { needFixture, scratch, proveRan, survivors, recorded, cleanup, until, running } from "./helpers.mjs";
+import { startClient, haveSdk, haveSdkV2, SDK_DIR, SDK_V2_DIR } from "./clients.mjs";
 
 function needSdk(t) {
   if (haveSdk()) return true;
@@ -16,10 +16,10 @@ function needSdk(t) {
   return false;
 }
 
-/** The server itself (not in the fixture's pid file), named for good. */
+/** The server itself (not in the fixture's pid file), named for good by the client. */
 function server(c) {
-  const s = c.info.server && stat(c.info.server);
-  return s ? { pid: c.info.server, start: s.start } : null;
+  const s = c.info.server;
+  return s && s.pid && s.start ? s : null;
 }
 
 test("transport close(): the server's whole tree is gone when it resolves", async (t) => {
@@ -34,6 +34,25 @@ test("transport close(): the server's whole tree is gone when it resolves", asyn
   assert.deepEqual(survivors(dir), []);
   assert.equal(running(srv), false);
   assert.equal((await c.exited).code, 0);
+});
+
+test("the v2 client (@modelcontextprotocol/client) through the transport: close() leaves nothing", async (t) => {
+  if (!needFixture(t) || !needSdk(t)) return;
+  if (!haveSdkV2()) {
+    const why = `the MCP TypeScript SDK v2 client is not in ${SDK_V2_DIR} (set MCP_SDK_V2_DIR)`;
+    console.log(`skipped: ${t.name}: ${why}`);
+    t.skip(why);
+    return;
+  }
+  const dir = scratch();
+  t.after(() => cleanup(dir));
+  const c = await startClient("mcp2-close", dir);
+  proveRan(assert, dir, ["leader", "child", "grandchild"]);
+  const srv = server(c);
+  assert.ok(srv, "the server runs");
+  await until(() => c.lines.some((l) => l.closed));
+  assert.deepEqual(survivors(dir), []);
+  assert.equal(running(srv), false);
 });
 
 for (const [mode, how] of [
