@@ -120,10 +120,11 @@ pub struct NativeChild {
     sender: Sender,
     /// Our ends of the pipes, until `index.js` takes them.
     pipes: [Option<OwnedFd>; 3],
-    /// The wait task (holds the `Child`), started by [`NativeChild::wait`].
+    /// The callback of the wait task ([`NativeChild::wait`]), until it is called.
     waiter: Arc<Mutex<Option<Done>>>,
     /// Parked here until [`NativeChild::wait`] moves it into the wait task.
     child: Option<reaper::Child>,
+    /// The run is over (its outcome is sent): requests go nowhere.
     over: Arc<AtomicBool>,
     backend: String,
     cgroup: Option<String>,
@@ -144,13 +145,17 @@ fn stdio_of(i: usize, n: i32, ours: &mut Option<OwnedFd>) -> Result<Stdio> {
         -2 => Stdio::Inherit,
         -3 => Stdio::Null,
         fd if fd >= 0 => {
-            // SAFETY: JavaScript named an open descriptor of this process; it is only
-            // borrowed here, for the duration of the dup.
-            let b = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            let dup = b
-                .try_clone_to_owned()
-                .map_err(|e| Error::from_reason(format!("stdio: fd {fd}: {e}")))?;
-            Stdio::Fd(dup)
+            // SAFETY: fcntl(F_DUPFD_CLOEXEC) takes no pointer; on a descriptor that is not
+            // open it fails with EBADF, which is returned.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+            if dup < 0 {
+                return Err(Error::from_reason(format!(
+                    "stdio: fd {fd}: {}",
+                    std::io::Error::last_os_error()
+                )));
+            }
+            // SAFETY: `dup` was just made by fcntl: open, and owned by nobody else.
+            Stdio::Fd(unsafe { std::os::fd::FromRawFd::from_raw_fd(dup) })
         }
         other => return Err(Error::from_reason(format!("stdio: bad value {other}"))),
     })

@@ -158,3 +158,17 @@ test("an aborted options.signal ends the tree and emits an AbortError", async (t
   await exitOf(child);
   assert.deepEqual(survivors(dir), []);
 });
+
+test("stdio entries as fds: the command writes into the file, a closed fd is an error", async () => {
+  const fs = await import("node:fs");
+  const path = await import("node:path");
+  const file = path.join(scratch(), "out");
+  const fd = fs.openSync(file, "w");
+  const child = reaper.spawn("sh", ["-c", "echo into-the-file"], { stdio: ["ignore", fd, "inherit"] });
+  fs.closeSync(fd);
+  await closeOf(child);
+  assert.equal(fs.readFileSync(file, "utf8"), "into-the-file\n");
+  const bad = reaper.spawn("true", [], { stdio: ["ignore", 987, "ignore"] });
+  const err = await new Promise((resolve) => bad.on("error", resolve));
+  assert.match(err.message, /fd 987/);
+});
