@@ -95,7 +95,6 @@ for (const [mode, how] of [
     // The server's own tree (the server itself exits when its stdin ends, sooner or later).
     const left = survivors(dir).map((p) => p.role);
     const line = `measurement: plain SDK StdioClientTransport, ${how}: ${left.length} of the server's ${recorded(dir).length} descendants left running (${left.join(", ") || "none"})`;
-    console.log(line);
     t.diagnostic(line);
   });
 }
