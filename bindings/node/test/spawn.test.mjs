@@ -172,3 +172,19 @@ test("stdio entries as fds: the command writes into the file, a closed fd is an 
   const err = await new Promise((resolve) => bad.on("error", resolve));
   assert.match(err.message, /fd 987/);
 });
+
+test("kill('SIGINT') sends SIGINT to the whole tree, then the grace and SIGKILL", async (t) => {
+  if (!needFixture(t)) return;
+  const dir = scratch();
+  t.after(() => cleanup(dir));
+  const [cmd, args] = hostile(dir, "tree", "8", "--setsid-every", "3");
+  const child = reaper.spawn(cmd, args, { stdio: "ignore", grace: 200 });
+  await ready(dir);
+  assert.equal(recorded(dir).length, 8, "the 8 processes of the tree ran");
+  child.kill("SIGINT");
+  const { sig } = await exitOf(child);
+  assert.equal(sig, "SIGINT");
+  assert.equal(child.outcome.stopReason, "signal");
+  assert.equal(child.outcome.receivedSignalNumber, 2);
+  assert.deepEqual(survivors(dir), []);
+});
