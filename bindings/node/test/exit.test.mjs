@@ -25,17 +25,20 @@ for (const [mode, how] of [
   });
 }
 
-test("SIGKILL of Node leaves no tree (the guardian)", async (t) => {
-  if (!needFixture(t)) return;
-  const dir = scratch();
-  t.after(() => cleanup(dir));
-  const c = await startClient("sigkill", dir);
-  proveRan(assert, dir, ["leader", "child", "grandchild"]);
-  assert.ok(c.info.guardianProc, "a guardian runs");
-  c.proc.kill("SIGKILL");
-  const { sig } = await c.exited;
-  assert.equal(sig, "SIGKILL");
-  // The guardian sees Node gone, kills the run's cgroup, and exits.
-  await until(() => survivors(dir).length === 0);
-  await until(() => !running(c.info.guardianProc));
-});
+for (const signal of ["SIGKILL", "SIGTERM"]) {
+  test(`${signal} of Node leaves no tree (the guardian)`, async (t) => {
+    if (!needFixture(t)) return;
+    const dir = scratch();
+    t.after(() => cleanup(dir));
+    const c = await startClient("sigkill", dir);
+    proveRan(assert, dir, ["leader", "child", "grandchild"]);
+    assert.ok(c.info.guardianProc, "a guardian runs");
+    c.proc.kill(signal);
+    const { sig } = await c.exited;
+    // Node's default for either: death by the signal, no exit hook.
+    assert.equal(sig, signal);
+    // The guardian sees Node gone, kills the run's cgroup, and exits.
+    await until(() => survivors(dir).length === 0);
+    await until(() => !running(c.info.guardianProc));
+  });
+}
