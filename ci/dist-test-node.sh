@@ -41,4 +41,6 @@ cp bindings/node/test/*.mjs "$app/test/"
     node --test --test-timeout 120000 test/*.test.mjs
 ) | tee "$tmp/tap" | grep -E '^# (tests|pass|fail|skipped)|^not ok|measurement:|skipped:' || true
 grep -q '^# fail 0' "$tmp/tap" || { cat "$tmp/tap"; die "node --test failed"; }
+# This host has the fixture and the SDKs (checked above and by ci/install-deps.sh): a skip is a fault.
+grep -q '^# skipped 0' "$tmp/tap" || { grep 'skipped:' "$tmp/tap"; die "tests skipped on a host that has what they need"; }
 echo "ok: the installed reaper-process passed its suites"
