@@ -102,7 +102,8 @@ export function ready(dir, stop) {
   return until(() => fs.existsSync(path.join(dir, "ready")), stop);
 }
 
-/** Kills what the test recorded and still runs (pid and start time checked again). */
+/** Kills what the test recorded and still runs (pid and start time checked again), then
+ * removes the test's directory. */
 export function cleanup(dir) {
   for (const p of recorded(dir)) {
     if (running(p)) {
@@ -113,6 +114,7 @@ export function cleanup(dir) {
       }
     }
   }
+  fs.rmSync(dir, { recursive: true, force: true });
 }
 
 /** Every role the test expects, each recorded: proof the hostile processes ran. */

@@ -159,10 +159,12 @@ test("an aborted options.signal ends the tree and emits an AbortError", async (t
   assert.deepEqual(survivors(dir), []);
 });
 
-test("stdio entries as fds: the command writes into the file, a closed fd is an error", async () => {
+test("stdio entries as fds: the command writes into the file, a closed fd is an error", async (t) => {
   const fs = await import("node:fs");
   const path = await import("node:path");
-  const file = path.join(scratch(), "out");
+  const dir = scratch();
+  t.after(() => cleanup(dir));
+  const file = path.join(dir, "out");
   const fd = fs.openSync(file, "w");
   const child = reaper.spawn("sh", ["-c", "echo into-the-file"], { stdio: ["ignore", fd, "inherit"] });
   fs.closeSync(fd);
