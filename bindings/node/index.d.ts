@@ -93,6 +93,8 @@ export class ReaperChildProcess extends EventEmitter {
   readonly outcome: Outcome | null;
   /** The containment the run got. */
   readonly backend: "cgroup" | "subreaper" | "pgid" | undefined;
+  /** Why the containment is weaker than a cgroup of the run's own (the library's fallback), when it is. */
+  readonly warning: string | null;
   /** SIGKILL: the whole tree now. Another signal (SIGTERM by default): to every process, then the grace, then SIGKILL. */
   kill(signal?: NodeJS.Signals | number): boolean;
   ref(): void;

@@ -109,6 +109,8 @@ class ReaperChildProcess extends EventEmitter {
     this.outcome = null;
     /** The containment the run got: "cgroup", "subreaper" or "pgid". */
     this.backend = undefined;
+    /** Why the containment is weaker than a cgroup of the run's own, when it is. */
+    this.warning = null;
     this._native = null;
     this._killSignal = SIGNALS.SIGTERM;
     this._exited = false;
@@ -279,6 +281,7 @@ function spawn(command, args, options) {
   child._native = n;
   child.pid = n.pid;
   child.backend = n.backend;
+  child.warning = n.warning ?? null;
   const fds = n.takePipes();
   fds.forEach((fd, i) => {
     if (fd < 0) return;
