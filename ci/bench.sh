@@ -74,3 +74,17 @@ else
   mkdir -p docs
   "$dir/reaper-bench" --bin-dir "$dir" "${static[@]}" --out docs/BENCHMARKS.md
 fi
+
+# Node: reaper-process's spawn('/bin/true') against child_process.spawn (ci/bench-node.mjs), the
+# addon as the quick or full run builds it.
+if command -v node >/dev/null; then
+  if [ -n "$quick" ]; then
+    cargo build --quiet -p reaper-node
+    REAPER_NODE_ADDON=$target/debug/libreaper_node.so node ci/bench-node.mjs --quick
+  else
+    cargo build --quiet --profile dist -p reaper-node
+    REAPER_NODE_ADDON=$target/dist/libreaper_node.so node ci/bench-node.mjs --out docs/BENCHMARKS.md
+  fi
+else
+  echo "ci/bench.sh: no node; no reaper-process rows" >&2
+fi

@@ -122,6 +122,7 @@ cp -r npm/reaper-cli "$out/npm/reaper-cli"
 )
 rm -rf "${out:?}/npm/reaper-cli" "$out/npm/reaper-cli-linux-"{x64,arm64}
 ls -l "$out/npm"
+step "npm packages of reaper-process (Node bindings; ci/dist-node.sh)" && ci/dist-node.sh "$out/npm" "$version"
 
 # Runs reaper in ROOT, an otherwise empty directory, in a mount namespace of its own (the
 # host's mounts are not touched): /proc, /dev/null and the cgroup2 mount bound in, as a
