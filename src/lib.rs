@@ -97,7 +97,7 @@ pub use command::{Command, DEFAULT_GRACE};
 pub use containment::{Containment, Delegation, Sandbox, SandboxAccess};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
-pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxError};
+pub use error::{ContainError, ContainErrorKind, Error, GuardianError, Refusal, SandboxError};
 pub use event::{Event, EventSink};
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};

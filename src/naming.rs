@@ -202,8 +202,7 @@ impl fmt::Display for BadRunId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} is not a run id (PIDNS-PID-START-N, as REAPER_RUN_ID and `reaper ps --json` \
-             show it)",
+            "{:?} is not a run id (PIDNS-PID-START-N, as REAPER_RUN_ID shows it)",
             self.0
         )
     }

@@ -174,7 +174,7 @@ impl std::fmt::Display for FindError {
         match self {
             FindError::NoSuchRun(t) => write!(
                 f,
-                "no run {t:?} (see `reaper ps`; runs of other users are visible to root only)"
+                "no run {t:?} (runs of other users are visible to root only)"
             ),
             FindError::Ambiguous(t, ids) => {
                 let ids: Vec<String> = ids.iter().map(RunId::to_string).collect();

@@ -322,7 +322,7 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
     }
     let mut child = cmd.spawn().await.map_err(CheckError::Start)?;
     if let Some(w) = child.warning() {
-        say!("{w}");
+        say!("{}", crate::advice::fallback(w, child.backend()));
     }
     let started = Instant::now();
     let leader_pid = child.id() as i32;

@@ -225,7 +225,10 @@ async fn run(mut args: RunArgs) -> u8 {
     };
     // One line, once per run; `-q` silences it too (a container's entrypoint starts reaper on
     // every container start).
-    if let Some(w) = child.warning().filter(|_| !args.quiet) {
+    let warning = child
+        .warning()
+        .map(|w| crate::advice::fallback(w, child.backend()));
+    if let Some(w) = warning.filter(|_| !args.quiet) {
         if std::process::id() == 1 {
             // The kernel SIGKILLs every process left in a PID namespace when its PID 1 exits:
             // nothing outlives reaper there, whatever the backend.

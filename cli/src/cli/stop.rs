@@ -45,7 +45,7 @@ pub fn main(args: StopArgs, how: How) -> u8 {
         let run = match runs::find(text, ListOptions::default()) {
             Ok(r) => r,
             Err(e) => {
-                say!("reaper: {e}");
+                say!("reaper: {}", crate::advice::find_error(&e));
                 status = 1;
                 continue;
             }

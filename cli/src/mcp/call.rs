@@ -185,7 +185,11 @@ pub async fn run(
             };
         }
     };
-    warn_once(child.warning());
+    warn_once(
+        child
+            .warning()
+            .map(|w| crate::advice::fallback(w, child.backend())),
+    );
     tracing::debug!(call = id, pid = child.id(), "codex started");
     let started = Instant::now();
     // The child's own pipes, already on the reactor: converting them would deregister and
@@ -339,7 +343,7 @@ async fn write_prompt(stdin: Option<tokio::process::ChildStdin>, prompt: String)
 }
 
 /// The containment fallback warning, once per server rather than once per call.
-fn warn_once(warning: Option<&str>) {
+fn warn_once(warning: Option<String>) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     if let Some(w) = warning {
         WARNED.call_once(|| tracing::warn!("{w}"));
