@@ -86,6 +86,7 @@ pub(crate) fn and<'a>(items: impl Iterator<Item = &'a str>) -> String {
 /// removed. A field is `None` where the kernel has no such file (the controller is not enabled
 /// for the run: no limit of that kind was set; or an older kernel: `memory.peak` is 5.19+).
 #[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// `memory.peak`: the most memory the run used at once.
     pub memory_peak_bytes: Option<u64>,

@@ -7,6 +7,7 @@ use serde::Serialize;
 /// A process of a run, named for good: its pid and start time (clock ticks after boot,
 /// `/proc/PID/stat` field 22), which no later process with that pid shares.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Process {
     /// Its pid (in reaper's PID namespace).
     pub pid: i32,
@@ -45,6 +46,7 @@ impl From<reaper_platform::process::ProcStat> for Process {
 /// cgroup, can write itself into another `cgroup.procs`): still the run's, as it descends from
 /// it; stopped with the rest and named in every report.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Escapee {
     /// The process.
     pub process: Process,
@@ -67,6 +69,7 @@ impl Escapee {
 /// The containment a run got (see [`crate::Containment`] for what each does not contain).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
+#[non_exhaustive]
 pub enum BackendKind {
     /// The run's own cgroup v2.
     Cgroup,

@@ -21,6 +21,7 @@ use reaper_platform::{signal, Signal};
 
 /// What [`kill`] did to one process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Killed {
     /// The process.
     pub pid: i32,

@@ -38,6 +38,7 @@ use crate::Identity;
 
 /// What the census found.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Census {
     /// Trees that outlived their reaper, for certain.
     pub certain: Vec<Leak>,
@@ -58,6 +59,7 @@ pub struct Census {
 
 /// One leaked tree: its root (an orphan) and what is below it.
 #[derive(Debug, Clone, Serialize)]
+#[non_exhaustive]
 pub struct Leak {
     /// The orphan at the top of the tree.
     pub root: Proc,
@@ -84,6 +86,7 @@ impl Leak {
 
 /// A process, as the census read it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Proc {
     /// Its pid.
     pub pid: i32,
@@ -122,6 +125,7 @@ impl Proc {
 /// Why a process is listed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Evidence {
     /// Its environment names this run, whose reaper is gone.
     EndedRun {

@@ -36,6 +36,7 @@ use crate::naming::{RunId, RUN_ID_ENV};
 
 /// Options of [`end`].
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct EndOptions {
     /// How long the owner gets to take the request before it is done without it.
     pub answer_within: Duration,
@@ -59,6 +60,7 @@ impl Default for EndOptions {
 /// How a run was ended.
 #[derive(Debug, Clone, Serialize)]
 #[serde(tag = "by", rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Done {
     /// Its owner took the request and ran its stop; `ended`: how it says the run ended (`None`:
     /// it did not say in time, though the run is over).

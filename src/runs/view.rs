@@ -15,6 +15,7 @@ use crate::StopReason;
 /// Where a run is, as the host shows it now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum RunState {
     /// The leader runs and its owner is watching.
     Running,
@@ -51,6 +52,7 @@ impl RunState {
 
 /// A run's memory now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Memory {
     /// Bytes in use: the cgroup's `memory.current` (page cache and kernel memory included), or
     /// the sum of the processes' resident sizes (shared pages counted in each).
@@ -63,6 +65,7 @@ pub struct Memory {
 
 /// Which limits held the run back so far (cgroup counters that only rise).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[non_exhaustive]
 pub struct LimitsHit {
     /// `memory.events`: `max` (reclaim at the limit) or `oom_kill` above zero.
     pub memory: bool,
@@ -74,6 +77,7 @@ pub struct LimitsHit {
 
 /// One process of a run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct Member {
     /// Its pid.
     pub pid: i32,
@@ -129,6 +133,7 @@ pub struct RunStatus {
 
 /// What [`list`] gathers.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct ListOptions {
     /// Each run's processes, with their command lines (`reaper ps --tree`).
     pub processes: bool,

@@ -289,14 +289,13 @@ impl std::fmt::Display for CheckError {
 /// linger, which the timeout (the leader's) does not cut. A signal to reaper stops the run.
 /// The interrupt comes first: a timeout before it is only looked at once it was sent.
 pub fn plan(args: &CheckArgs) -> Plan {
-    Plan {
-        timeout: args
-            .timeout
-            .map(|t| t.max(args.interrupt_after.unwrap_or_default())),
-        timeout_ends_linger: false,
-        linger: args.settle,
-        ..Plan::new(StopSpec::KILL)
-    }
+    let mut plan = Plan::new(StopSpec::KILL);
+    plan.timeout = args
+        .timeout
+        .map(|t| t.max(args.interrupt_after.unwrap_or_default()));
+    plan.timeout_ends_linger = false;
+    plan.linger = args.settle;
+    plan
 }
 
 async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, CheckError> {

@@ -25,9 +25,8 @@ pub struct PsArgs {
 }
 
 pub fn main(args: PsArgs) -> u8 {
-    let opts = ListOptions {
-        processes: args.tree,
-    };
+    let mut opts = ListOptions::default();
+    opts.processes = args.tree;
     let Some(every) = args.watch else {
         let all = runs::list(opts);
         return show(&args, &all, None);

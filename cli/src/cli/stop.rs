@@ -35,11 +35,9 @@ pub fn main(args: StopArgs, how: How) -> u8 {
             return 125;
         }
     };
-    let opts = EndOptions {
-        answer_within: args.answer_within,
-        grace: args.grace,
-        ..EndOptions::default()
-    };
+    let mut opts = EndOptions::default();
+    opts.answer_within = args.answer_within;
+    opts.grace = args.grace;
     let mut status = 0;
     for text in &args.runs {
         let run = match runs::find(text, ListOptions::default()) {
@@ -125,5 +123,7 @@ fn describe(run: &runs::RunStatus, how: How, done: &Done) -> String {
             }
             s
         }
+        // An end of a later version, without a sentence here yet.
+        done => format!("run {id}: {done:?}"),
     }
 }

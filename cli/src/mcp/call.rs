@@ -120,16 +120,15 @@ impl<R> Drop for Source<R> {
 /// grace (capped at [`SHUTDOWN_GRACE`] for a shutdown, which also cuts a running grace short);
 /// after codex's own exit, its leftovers are killed at once.
 pub fn plan(spec: &CallSpec) -> Plan {
-    Plan {
-        timeout: Some(spec.timeout),
-        shutdown_grace: SHUTDOWN_GRACE,
-        cut_short: CutShort::ByShutdown,
-        ..Plan::new(StopSpec {
-            first: Some(Signal::INT),
-            to: Target::Leader,
-            grace: spec.grace,
-        })
-    }
+    let mut plan = Plan::new(StopSpec {
+        first: Some(Signal::INT),
+        to: Target::Leader,
+        grace: spec.grace,
+    });
+    plan.timeout = Some(spec.timeout);
+    plan.shutdown_grace = SHUTDOWN_GRACE;
+    plan.cut_short = CutShort::ByShutdown;
+    plan
 }
 
 /// Runs one call to its end. `cancel` is the client's cancellation, `shutdown` the server's.
