@@ -98,7 +98,8 @@ pub use containment::{Containment, Delegation, Sandbox, SandboxAccess};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
 pub use error::{ContainError, ContainErrorKind, Error, GuardianError, Refusal, SandboxError};
-pub use event::{Event, EventSink};
+pub use event::Event;
+pub(crate) use event::EventSink;
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
 pub use options::ContainOptions;

@@ -19,7 +19,7 @@ use reaper_platform::linux::procfs;
 use reaper_platform::process::Handle;
 use reaper_platform::{signal, Signal};
 
-/// What [`kill`] did to one process.
+/// What [`kill_leaks`] or [`kill_chosen`] did to one process.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct Killed {
@@ -34,7 +34,7 @@ pub struct Killed {
 
 /// SIGSTOPs, then SIGKILLs, each of `targets` that is still the process it names, with this
 /// process's own power.
-pub fn kill(targets: &[Identity]) -> Vec<Killed> {
+pub(crate) fn kill(targets: &[Identity]) -> Vec<Killed> {
     let mut held: Vec<(Identity, Handle)> = Vec::new();
     let mut out: Vec<Killed> = Vec::new();
     let result = |t: &Identity, result| Killed {

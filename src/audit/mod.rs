@@ -1,5 +1,5 @@
 //! A census of the processes on this machine that look leaked (Linux): what `reaper audit`
-//! prints. Read-only; [`kill`] ends what the caller chose, by pidfd.
+//! prints. Read-only; [`kill_leaks`] and [`kill_chosen`] end what the caller chose, by pidfd.
 //!
 //! Only a process whose parent is gone can have been left behind: the census looks at the
 //! *orphans* — processes whose parent is PID 1 or a user's service manager (`systemd --user`,
@@ -31,7 +31,7 @@ use std::time::Instant;
 use reaper_platform::linux::procfs::{self, ProcStat};
 use serde::Serialize;
 
-pub use kill::{kill, kill_chosen, kill_leaks, Killed};
+pub use kill::{kill_chosen, kill_leaks, Killed};
 
 use crate::runs::{record, RunId, RUN_ID_ENV};
 use crate::Identity;
@@ -90,7 +90,7 @@ impl Leak {
 pub struct Proc {
     /// Its pid.
     pub pid: i32,
-    /// Its start time (clock ticks after boot): with the pid, what [`kill`] checks.
+    /// Its start time (clock ticks after boot): with the pid, what [`kill_chosen`] checks.
     pub starttime: u64,
     /// Its parent's pid.
     pub ppid: i32,

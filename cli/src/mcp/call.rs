@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use reaper::supervise::{CutShort, Plan, Request, Requests, Step, StopSpec, Target};
-use reaper::{ContainOptions, EventSink, Signal, StopReason};
+use reaper::{ContainOptions, Signal, StopReason};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -154,9 +154,7 @@ pub async fn run(
         .plan(plan(&spec))
         .requests(requests)
         .request_id(spec.request_id.clone())
-        .events(EventSink::new(
-            move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"),
-        ));
+        .events(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
     let mut child = match cmd.spawn().await {
         Ok(c) => c,
         Err(e) => {
