@@ -219,6 +219,141 @@ pub fn event_json(ev: &Event) -> Option<serde_json::Value> {
     serde_json::to_value(line).ok()
 }
 
+/// A run as `ps --json` and the MCP resource `reaper://calls` show it: the record its owner
+/// wrote, and the host's view of it now.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+pub struct RunJson<'a> {
+    id: reaper::runs::RunId,
+    short_id: &'a str,
+    record: RecordJson<'a>,
+    state: &'static str,
+    stop_reason: Option<reaper::StopReason>,
+    owner_command: Option<&'a str>,
+    age_ms: u64,
+    leader_alive: bool,
+    process_count: usize,
+    processes: Vec<MemberJson<'a>>,
+    memory: Option<MemoryJson>,
+    cpu_usec: Option<u64>,
+    limits_hit: LimitsHitJson,
+}
+
+/// The run's record as its owner wrote it.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct RecordJson<'a> {
+    version: u32,
+    id: reaper::runs::RunId,
+    boot_id: &'a str,
+    uid: u32,
+    argv: &'a [String],
+    started_unix_ms: u64,
+    backend: &'static str,
+    cgroup: Option<&'a std::path::Path>,
+    limits: Option<Limits>,
+    leader_pid: i32,
+    leader_starttime: u64,
+    timeout_ms: Option<u64>,
+    stop_signal: Option<i32>,
+    grace_ms: u64,
+    request_id: Option<&'a str>,
+    phase: &'static str,
+    stop_reason: Option<reaper::StopReason>,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct MemberJson<'a> {
+    pid: i32,
+    ppid: i32,
+    starttime: u64,
+    state: char,
+    comm: &'a str,
+    cmdline: &'a str,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct MemoryJson {
+    current_bytes: u64,
+    peak_bytes: Option<u64>,
+    source: &'static str,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct LimitsHitJson {
+    memory: bool,
+    pids: bool,
+    cpu: bool,
+}
+
+/// [`RunJson`] of each run.
+#[cfg(target_os = "linux")]
+pub fn runs_json(runs: &[reaper::runs::RunStatus]) -> Vec<RunJson<'_>> {
+    runs.iter().map(run_json).collect()
+}
+
+#[cfg(target_os = "linux")]
+fn run_json(r: &reaper::runs::RunStatus) -> RunJson<'_> {
+    RunJson {
+        id: r.id,
+        short_id: &r.short_id,
+        record: RecordJson {
+            version: reaper::runs::RECORD_VERSION,
+            id: r.id,
+            boot_id: &r.boot_id,
+            uid: r.uid,
+            argv: &r.argv,
+            started_unix_ms: r
+                .started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            backend: r.backend.map_or("unknown", reaper::BackendKind::as_str),
+            cgroup: r.cgroup.as_deref(),
+            limits: r.limits,
+            leader_pid: r.leader.pid,
+            leader_starttime: r.leader.starttime,
+            timeout_ms: r.timeout.map(ms),
+            stop_signal: r.stop_signal,
+            grace_ms: ms(r.grace),
+            request_id: r.request_id.as_deref(),
+            phase: r.phase.as_str(),
+            stop_reason: r.stop_reason,
+        },
+        state: r.state.as_str(),
+        stop_reason: r.stop_reason,
+        owner_command: r.owner_command.as_deref(),
+        age_ms: r.age_ms,
+        leader_alive: r.leader_alive,
+        process_count: r.process_count,
+        processes: r
+            .processes
+            .iter()
+            .map(|m| MemberJson {
+                pid: m.pid,
+                ppid: m.ppid,
+                starttime: m.starttime,
+                state: m.state,
+                comm: &m.comm,
+                cmdline: &m.cmdline,
+            })
+            .collect(),
+        memory: r.memory.map(|m| MemoryJson {
+            current_bytes: m.current_bytes,
+            peak_bytes: m.peak_bytes,
+            source: m.source,
+        }),
+        cpu_usec: r.cpu_usec,
+        limits_hit: LimitsHitJson {
+            memory: r.limits_hit.memory,
+            pids: r.limits_hit.pids,
+            cpu: r.limits_hit.cpu,
+        },
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

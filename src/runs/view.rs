@@ -6,15 +6,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::{controllers, procfs};
-use serde::Serialize;
 
 use super::record::{self, Found, Liveness, Phase, RunRecord};
 use crate::naming::{RunId, RUN_ID_ENV};
-use crate::StopReason;
+use crate::{BackendKind, Identity, Limits, StopReason};
+use std::path::PathBuf;
 
 /// Where a run is, as the host shows it now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum RunState {
     /// The leader runs and its owner is watching.
@@ -51,7 +50,7 @@ impl RunState {
 }
 
 /// A run's memory now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Memory {
     /// Bytes in use: the cgroup's `memory.current` (page cache and kernel memory included), or
@@ -64,7 +63,7 @@ pub struct Memory {
 }
 
 /// Which limits held the run back so far (cgroup counters that only rise).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LimitsHit {
     /// `memory.events`: `max` (reclaim at the limit) or `oom_kill` above zero.
@@ -76,7 +75,7 @@ pub struct LimitsHit {
 }
 
 /// One process of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Member {
     /// Its pid.
@@ -94,14 +93,39 @@ pub struct Member {
 }
 
 /// A run as `reaper ps` shows it: its record, and the host's view of it now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunStatus {
     /// The run.
     pub id: RunId,
     /// `PID-N`, as `reaper ps` shows it.
     pub short_id: String,
-    /// What its owner wrote.
-    pub record: RunRecord,
+    /// The owner's boot, as the record says (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// The user the run runs as.
+    pub uid: u32,
+    /// The command line.
+    pub argv: Vec<String>,
+    /// When the leader started.
+    pub started: SystemTime,
+    /// Its containment (`None`: a name this version does not know).
+    pub backend: Option<BackendKind>,
+    /// The run's cgroup directory (cgroup backend), or the cgroup it was kept in.
+    pub cgroup: Option<PathBuf>,
+    /// The limits set on the run.
+    pub limits: Option<Limits>,
+    /// The leader.
+    pub leader: Identity,
+    /// The run's timeout.
+    pub timeout: Option<Duration>,
+    /// The first signal of its stop sequence, by number (`None`: none, SIGKILL after the
+    /// grace).
+    pub stop_signal: Option<i32>,
+    /// The grace of its stop sequence.
+    pub grace: Duration,
+    /// The request the run serves, when its owner named one.
+    pub request_id: Option<String>,
+    /// Where the run is, as its owner last wrote it: running, lingering, stopping or kept.
+    pub phase: RunState,
     /// Where it is now.
     pub state: RunState,
     /// Why it is stopping, once it is.
@@ -124,11 +148,11 @@ pub struct RunStatus {
     /// Which limits held it back.
     pub limits_hit: LimitsHit,
     /// The records directory it was read from.
-    #[serde(skip)]
     pub(crate) dir: std::path::PathBuf,
     /// Who wrote the record.
-    #[serde(skip)]
     pub(crate) file_uid: u32,
+    /// What its owner wrote.
+    pub(crate) record: RunRecord,
 }
 
 /// What [`list`] gathers.
@@ -146,7 +170,7 @@ pub fn list(opts: ListOptions) -> Vec<RunStatus> {
         .flat_map(|dir| record::read_dir(&dir))
         .map(|f| status(f, opts))
         .collect();
-    all.sort_by_key(|s| (s.record.started_unix_ms, s.id));
+    all.sort_by_key(|s| (s.started, s.id));
     all
 }
 
@@ -265,6 +289,33 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
     RunStatus {
         id: r.id,
         short_id: r.id.short(),
+        boot_id: r.boot_id.clone(),
+        uid: r.uid,
+        argv: r.argv.clone(),
+        started: UNIX_EPOCH + Duration::from_millis(r.started_unix_ms),
+        backend: [
+            BackendKind::Cgroup,
+            BackendKind::Subreaper,
+            BackendKind::Pgid,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == r.backend),
+        cgroup: r.cgroup.clone(),
+        limits: r.limits,
+        leader: Identity {
+            pid: r.leader_pid,
+            starttime: r.leader_starttime,
+        },
+        timeout: r.timeout_ms.map(Duration::from_millis),
+        stop_signal: r.stop_signal,
+        grace: Duration::from_millis(r.grace_ms),
+        request_id: r.request_id.clone(),
+        phase: match r.phase {
+            Phase::Running => RunState::Running,
+            Phase::Lingering => RunState::Lingering,
+            Phase::Stopping => RunState::Stopping,
+            Phase::Kept => RunState::Kept,
+        },
         state,
         stop_reason: r.stop_reason,
         owner_command: matches!(owner, Liveness::Alive { .. }).then(|| owner_command(r.id)),

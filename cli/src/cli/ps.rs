@@ -75,10 +75,11 @@ pub fn main(args: PsArgs) -> u8 {
 /// Prints the runs as a table (or JSON); `rates`: CPU % since the last refresh, by run.
 fn show(args: &PsArgs, all: &[RunStatus], rates: Option<&HashMap<runs::RunId, f64>>) -> u8 {
     if args.json {
+        let all = crate::report::runs_json(all);
         let text = if args.watch.is_some() {
-            serde_json::to_string(all)
+            serde_json::to_string(&all)
         } else {
-            serde_json::to_string_pretty(all)
+            serde_json::to_string_pretty(&all)
         };
         return match text {
             Ok(t) => {
@@ -132,10 +133,9 @@ fn row_header(rates: bool) -> Vec<String> {
 }
 
 fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
-    let rec = &r.record;
     let owner = match &r.owner_command {
-        Some(c) => format!("{c} ({})", rec.id.owner().pid),
-        None => format!("pid {}", rec.id.owner().pid),
+        Some(c) => format!("{c} ({})", r.id.owner().pid),
+        None => format!("pid {}", r.id.owner().pid),
     };
     let state = match (r.state, r.stop_reason) {
         (runs::RunState::Stopping, Some(why)) => {
@@ -150,9 +150,9 @@ fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
         (s, _) => s.as_str().to_owned(),
     };
     let leader = if r.leader_alive {
-        rec.leader_pid.to_string()
+        r.leader.pid.to_string()
     } else {
-        format!("({})", rec.leader_pid)
+        format!("({})", r.leader.pid)
     };
     let (mem, peak) = match &r.memory {
         Some(m) => (
@@ -186,13 +186,13 @@ fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
         cells.push(rate.map_or_else(|| "-".into(), |p| format!("{p:.0}%")));
     }
     cells.push(limits(r));
-    cells.push(command(&rec.argv, rec.request_id.as_deref()));
+    cells.push(command(&r.argv, r.request_id.as_deref()));
     cells
 }
 
 /// `mem 512M!, pids 100`: each limit, `!` where it held the run back.
 fn limits(r: &RunStatus) -> String {
-    let Some(l) = r.record.limits else {
+    let Some(l) = r.limits else {
         return "-".into();
     };
     let hit = |h: bool| if h { "!" } else { "" };

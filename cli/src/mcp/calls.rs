@@ -39,6 +39,8 @@ pub fn read(uri: &str) -> Result<ReadResourceResult, ErrorData> {
         opts.processes = true;
         reaper::runs::of_this_process(opts)
     };
+    #[cfg(target_os = "linux")]
+    let calls = crate::report::runs_json(&calls);
     // Runs are recorded on Linux only.
     #[cfg(not(target_os = "linux"))]
     let calls: [(); 0] = [];
