@@ -91,8 +91,8 @@ pub enum How {
 }
 
 impl How {
-    /// `stop`, `kill`.
-    pub fn word(self) -> &'static str {
+    /// `stop`, `kill`: the word on the control socket and in the note.
+    pub(crate) fn word(self) -> &'static str {
         match self {
             How::Stop => "stop",
             How::Kill => "kill",
