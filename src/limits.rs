@@ -85,7 +85,7 @@ pub(crate) fn and<'a>(items: impl Iterator<Item = &'a str>) -> String {
 /// What the limits did, and the run's CPU time, read from the run cgroup just before it is
 /// removed. A field is `None` where the kernel has no such file (the controller is not enabled
 /// for the run: no limit of that kind was set; or an older kernel: `memory.peak` is 5.19+).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Usage {
     /// `memory.peak`: the most memory the run used at once.

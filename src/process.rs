@@ -2,7 +2,6 @@
 //! [`Escapee`], one that left the run's cgroup; [`BackendKind`], the containment a run got.
 
 pub use reaper_platform::process::Identity;
-use serde::Serialize;
 
 /// A process of a run, named for good: its pid and start time (clock ticks after boot,
 /// `/proc/PID/stat` field 22), which no later process with that pid shares.
@@ -67,8 +66,7 @@ impl Escapee {
 }
 
 /// The containment a run got (see [`crate::Containment`] for what each does not contain).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum BackendKind {
     /// The run's own cgroup v2.

@@ -29,7 +29,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use reaper_platform::linux::procfs::{self, ProcStat};
-use serde::Serialize;
 
 pub use kill::{kill_chosen, kill_leaks, Killed};
 
@@ -37,7 +36,7 @@ use crate::runs::{record, RunId, RUN_ID_ENV};
 use crate::Identity;
 
 /// What the census found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Census {
     /// Trees that outlived their reaper, for certain.
@@ -58,7 +57,7 @@ pub struct Census {
 }
 
 /// One leaked tree: its root (an orphan) and what is below it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct Leak {
     /// The orphan at the top of the tree.
@@ -85,7 +84,7 @@ impl Leak {
 }
 
 /// A process, as the census read it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Proc {
     /// Its pid.
@@ -123,8 +122,7 @@ impl Proc {
 }
 
 /// Why a process is listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum Evidence {
     /// Its environment names this run, whose reaper is gone.
@@ -188,48 +186,6 @@ pub enum Evidence {
 }
 
 impl Evidence {
-    /// One line for a person.
-    pub fn describe(&self) -> String {
-        match self {
-            Evidence::EndedRun { run } => format!("REAPER_RUN_ID={run}, whose reaper is gone"),
-            Evidence::StaleRunCgroup { cgroup } => {
-                format!("in run cgroup {cgroup}, whose reaper is gone")
-            }
-            Evidence::RunNotListed { run } => {
-                format!("REAPER_RUN_ID={run}: its reaper lives but lists no such run")
-            }
-            Evidence::ServiceWithRunId { run } => format!(
-                "a service manager's unit, with REAPER_RUN_ID={run} of an ended run (imported \
-                 into the manager's environment?)"
-            ),
-            Evidence::Reparented { to, to_comm } => {
-                format!("reparented to {to_comm} (pid {to})")
-            }
-            Evidence::ForeignSession { sid, leader_gone } => format!(
-                "started in session {sid}{}",
-                if *leader_gone {
-                    ", whose leader is gone"
-                } else {
-                    ""
-                }
-            ),
-            Evidence::ForeignGroup { pgid, leader_gone } => format!(
-                "started in process group {pgid}{}",
-                if *leader_gone {
-                    ", whose leader is gone"
-                } else {
-                    ""
-                }
-            ),
-            Evidence::NotUnitMain { cgroup } => {
-                format!("not the main process of {cgroup}")
-            }
-            Evidence::OwnSession => "leads a session of its own (setsid)".to_owned(),
-            Evidence::StdinHungUp { was } => format!("stdin {was} hung up"),
-            Evidence::StdinClosed => "stdin closed".to_owned(),
-        }
-    }
-
     fn certain(&self) -> bool {
         matches!(
             self,

@@ -143,7 +143,7 @@ pub struct RunReport {
     /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
     pub limits: Option<reaper::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend; not with `--keep`).
-    pub usage: Option<reaper::Usage>,
+    pub usage: Option<crate::report::UsageJson>,
     /// Whether the memory limit ended the run (the OOM killer; stop reason `oom`).
     pub out_of_memory: bool,
 }
@@ -394,7 +394,7 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
             return Err(CheckError::Finish(e));
         }
         let (exit_code, signal) = crate::report::status_parts(out.leader_status);
-        usage = out.usage;
+        usage = out.usage.as_ref().map(crate::report::UsageJson::of);
         out_of_memory = out.stop_reason == StopReason::Oom;
         LeaderEnd {
             pid: leader_pid,
