@@ -380,6 +380,49 @@ fn run_json(r: &reaper::runs::RunStatus) -> RunJson<'_> {
     }
 }
 
+/// How `reaper stop`/`kill` ended a run, as `--json` writes it.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+#[serde(tag = "by", rename_all = "kebab-case")]
+pub enum DoneJson<'a> {
+    Owner {
+        ended: Option<&'a reaper::runs::Ended>,
+    },
+    Directly {
+        owner: &'static str,
+        killed: usize,
+        cgroup_removed: bool,
+        limits: Option<&'static str>,
+    },
+    AlreadyOver,
+    /// An end of a later library, without a name here yet.
+    Unknown,
+}
+
+/// [`DoneJson`] of an end.
+#[cfg(target_os = "linux")]
+pub fn done_json(d: &reaper::runs::Done) -> DoneJson<'_> {
+    use reaper::runs::Done;
+    match d {
+        Done::Owner { ended } => DoneJson::Owner {
+            ended: ended.as_ref(),
+        },
+        Done::Directly {
+            owner,
+            killed,
+            cgroup_removed,
+            limits,
+        } => DoneJson::Directly {
+            owner,
+            killed: *killed,
+            cgroup_removed: *cgroup_removed,
+            limits: *limits,
+        },
+        Done::AlreadyOver => DoneJson::AlreadyOver,
+        _ => DoneJson::Unknown,
+    }
+}
+
 /// `reaper audit --json`: the census.
 #[cfg(target_os = "linux")]
 #[derive(Serialize)]

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::procfs::{self, ProcStat};
 use reaper_platform::{signal, Signal};
-use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
 use super::dir::Dir;
@@ -58,8 +57,7 @@ impl Default for EndOptions {
 }
 
 /// How a run was ended.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "by", rename_all = "kebab-case")]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum Done {
     /// Its owner took the request and ran its stop; `ended`: how it says the run ended (`None`:

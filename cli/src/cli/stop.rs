@@ -52,7 +52,8 @@ pub fn main(args: StopArgs, how: How) -> u8 {
         match done {
             Ok(d) => {
                 if args.json {
-                    let v = serde_json::json!({"run": run.id, "done": d});
+                    let v =
+                        serde_json::json!({"run": run.id, "done": crate::report::done_json(&d)});
                     out!("{v}");
                 } else {
                     say!("reaper: {}", describe(&run, how, &d));
