@@ -104,7 +104,7 @@ pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
 pub use options::ContainOptions;
 pub use outcome::{ExitStatus, Outcome, StopReason, TeardownError};
-pub use process::{BackendKind, Escapee, Identity, Process};
+pub use process::{BackendKind, Escapee, Identity, Process, ProcessInfo};
 pub use reaper_platform::Signal;
 pub use run::Stdio;
 

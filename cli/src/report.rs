@@ -549,7 +549,7 @@ fn leak_json(l: &reaper::audit::Leak) -> LeakJson<'_> {
 }
 
 #[cfg(target_os = "linux")]
-fn proc_json(p: &reaper::audit::Proc) -> ProcJson<'_> {
+fn proc_json(p: &reaper::ProcessInfo) -> ProcJson<'_> {
     ProcJson {
         pid: p.pid,
         starttime: p.starttime,

@@ -25,7 +25,6 @@
 mod kill;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use reaper_platform::linux::procfs::{self, ProcStat};
@@ -33,7 +32,7 @@ use reaper_platform::linux::procfs::{self, ProcStat};
 pub use kill::{kill_chosen, kill_leaks, Killed};
 
 use crate::runs::{record, RunId, RUN_ID_ENV};
-use crate::Identity;
+use crate::{Identity, ProcessInfo};
 
 /// What the census found.
 #[derive(Debug, Clone)]
@@ -61,7 +60,7 @@ pub struct Census {
 #[non_exhaustive]
 pub struct Leak {
     /// The orphan at the top of the tree.
-    pub root: Proc,
+    pub root: ProcessInfo,
     /// Why it is listed.
     pub evidence: Vec<Evidence>,
     /// The run it belonged to, when its environment or cgroup says.
@@ -70,7 +69,7 @@ pub struct Leak {
     /// the session or process group it was started in.
     pub origin: Option<String>,
     /// Its live descendants.
-    pub descendants: Vec<Proc>,
+    pub descendants: Vec<ProcessInfo>,
 }
 
 impl Leak {
@@ -78,46 +77,8 @@ impl Leak {
     pub fn identities(&self) -> Vec<Identity> {
         std::iter::once(&self.root)
             .chain(&self.descendants)
-            .map(Proc::identity)
+            .map(ProcessInfo::identity)
             .collect()
-    }
-}
-
-/// A process, as the census read it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Proc {
-    /// Its pid.
-    pub pid: i32,
-    /// Its start time (clock ticks after boot): with the pid, what [`kill_chosen`] checks.
-    pub starttime: u64,
-    /// Its parent's pid.
-    pub ppid: i32,
-    /// Its process group.
-    pub pgid: i32,
-    /// Its session.
-    pub sid: i32,
-    /// The user that owns it.
-    pub uid: Option<u32>,
-    /// Its command name.
-    pub comm: String,
-    /// Its executable, when readable.
-    pub exe: Option<PathBuf>,
-    /// Its command line.
-    pub cmdline: String,
-    /// Its cgroup (the unified hierarchy's path).
-    pub cgroup: Option<String>,
-    /// Seconds since it started.
-    pub age_secs: u64,
-}
-
-impl Proc {
-    /// The process, named for good.
-    pub fn identity(&self) -> Identity {
-        Identity {
-            pid: self.pid,
-            starttime: self.starttime,
-        }
     }
 }
 
@@ -543,13 +504,14 @@ impl Ctx<'_> {
         None
     }
 
-    fn proc(&self, s: &ProcStat, cmdline: Option<String>, cgroup: Option<String>) -> Proc {
-        Proc {
+    fn proc(&self, s: &ProcStat, cmdline: Option<String>, cgroup: Option<String>) -> ProcessInfo {
+        ProcessInfo {
             pid: s.pid,
             starttime: s.starttime,
             ppid: s.ppid,
             pgid: s.pgid,
             sid: s.sid,
+            state: s.state,
             uid: procfs::uid(s.pid),
             comm: s.comm.clone(),
             exe: procfs::exe(s.pid),
@@ -560,7 +522,7 @@ impl Ctx<'_> {
     }
 
     /// The live processes below `pid`, parents first.
-    fn descendants(&self, pid: i32) -> Vec<Proc> {
+    fn descendants(&self, pid: i32) -> Vec<ProcessInfo> {
         let mut out = Vec::new();
         let mut queue = vec![pid];
         let mut seen = HashSet::from([pid]);

@@ -48,6 +48,5 @@ pub use dir::RUNTIME_DIR_ENV;
 pub use record::{How, RECORD_VERSION};
 pub(crate) use record::{Phase, RunRecord};
 pub use view::{
-    find, list, of_this_process, FindError, LimitsHit, ListOptions, Member, Memory, RunState,
-    RunStatus,
+    find, list, of_this_process, FindError, LimitsHit, ListOptions, Memory, RunState, RunStatus,
 };

@@ -9,7 +9,7 @@ use reaper_platform::linux::{controllers, procfs};
 
 use super::record::{self, Found, Liveness, Phase, RunRecord};
 use crate::naming::{RunId, RUN_ID_ENV};
-use crate::{BackendKind, Identity, Limits, StopReason};
+use crate::{BackendKind, Identity, Limits, ProcessInfo, StopReason};
 use std::path::PathBuf;
 
 /// Where a run is, as the host shows it now.
@@ -74,24 +74,6 @@ pub struct LimitsHit {
     pub cpu: bool,
 }
 
-/// One process of a run.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Member {
-    /// Its pid.
-    pub pid: i32,
-    /// Its parent's pid.
-    pub ppid: i32,
-    /// Its start time (clock ticks after boot).
-    pub starttime: u64,
-    /// Its state (`S`, `R`, `T`, …).
-    pub state: char,
-    /// Its command name.
-    pub comm: String,
-    /// Its command line.
-    pub cmdline: String,
-}
-
 /// A run as `reaper ps` shows it: its record, and the host's view of it now.
 #[derive(Debug, Clone)]
 pub struct RunStatus {
@@ -139,7 +121,7 @@ pub struct RunStatus {
     /// How many live processes the run has.
     pub process_count: usize,
     /// Its processes, when asked for ([`ListOptions::processes`]).
-    pub processes: Vec<Member>,
+    pub processes: Vec<ProcessInfo>,
     /// Its memory now, where it can be told.
     pub memory: Option<Memory>,
     /// CPU time used, in microseconds: the cgroup's `usage_usec`, or the processes' own and
@@ -262,16 +244,24 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
         None => Vec::new(),
     };
     let processes = if opts.processes {
+        let hz = rustix::param::clock_ticks_per_second() as f64;
+        let up = procfs::uptime_secs();
         pids.iter()
             .filter_map(|&pid| {
                 let s = procfs::stat(pid).ok().filter(|s| !s.is_dead())?;
-                Some(Member {
+                Some(ProcessInfo {
                     pid,
-                    ppid: s.ppid,
                     starttime: s.starttime,
+                    ppid: s.ppid,
+                    pgid: s.pgid,
+                    sid: s.sid,
                     state: s.state,
+                    uid: None,
                     comm: s.comm,
+                    exe: None,
                     cmdline: procfs::cmdline(pid),
+                    cgroup: None,
+                    age_secs: up.map_or(0, |up| (up - s.starttime as f64 / hz).max(0.0) as u64),
                 })
             })
             .collect()

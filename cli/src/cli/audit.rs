@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use reaper::audit::{self, Census, Evidence, Leak, Proc};
+use reaper::audit::{self, Census, Evidence, Leak};
 use reaper::Identity;
+use reaper::ProcessInfo;
 
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
@@ -174,7 +175,7 @@ fn leak(l: &Leak, why: bool) {
     }
 }
 
-fn line(p: &Proc, indent: usize) {
+fn line(p: &ProcessInfo, indent: usize) {
     let cmd = if p.cmdline.is_empty() {
         format!("[{}]", p.comm)
     } else {

@@ -239,7 +239,7 @@ fn age(ms: u64) -> String {
 fn tree(r: &RunStatus) {
     let pids: Vec<i32> = r.processes.iter().map(|m| m.pid).collect();
     let roots = r.processes.iter().filter(|m| !pids.contains(&m.ppid));
-    fn walk(all: &[runs::Member], m: &runs::Member, depth: usize) {
+    fn walk(all: &[reaper::ProcessInfo], m: &reaper::ProcessInfo, depth: usize) {
         let cmd = if m.cmdline.is_empty() {
             format!("[{}]", m.comm)
         } else {
