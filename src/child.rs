@@ -33,7 +33,7 @@ pub struct Child {
     pub stdout: Option<tokio::process::ChildStdout>,
     /// The leader's stderr, when it was [`crate::Stdio::Piped`].
     pub stderr: Option<tokio::process::ChildStderr>,
-    warning: Option<String>,
+    warning: Option<crate::ContainError>,
 }
 
 impl std::fmt::Debug for Child {
@@ -218,9 +218,10 @@ impl Child {
         self.run().and_then(Run::scope)
     }
 
-    /// Why `auto` fell back from the cgroup backend, when it did (one line, for the user).
-    pub fn warning(&self) -> Option<&str> {
-        self.warning.as_deref()
+    /// Why `auto` fell back from the cgroup backend, when it did: the cgroup backend's error
+    /// ([`Child::backend`] is the one the run got).
+    pub fn warning(&self) -> Option<&crate::ContainError> {
+        self.warning.as_ref()
     }
 
     /// The run's live processes now (empty once it is over).

@@ -298,9 +298,10 @@ impl Command {
         self
     }
 
-    /// Where the run's lifecycle events go.
-    pub fn events(&mut self, sink: EventSink) -> &mut Self {
-        self.events = sink;
+    /// Where the run's lifecycle events go: `f` gets each [`Event`](crate::Event), with the
+    /// milliseconds since this call.
+    pub fn events(&mut self, f: impl Fn(u64, &crate::Event) + Send + Sync + 'static) -> &mut Self {
+        self.events = EventSink::new(f);
         self
     }
 

@@ -5,7 +5,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use crate::BackendKind;
+use crate::{BackendKind, Limits};
 
 /// Why a run could not start. [`Error::exit_code`] maps each to timeout(1)'s exit status.
 #[derive(Debug)]
@@ -124,10 +124,6 @@ impl std::error::Error for Error {
     }
 }
 
-/// What the containment's own messages say to do when it fails.
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) const RUN_DOCTOR: &str = "run `reaper doctor`";
-
 /// What kind of containment failure a [`ContainError`] is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -163,6 +159,59 @@ pub enum ContainErrorKind {
     Io,
 }
 
+/// Why a limit could not be enforced, or a backend asked for is not here, as values: a face
+/// words it with its own names for the limits and backends ([`ContainError::refusal`]).
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// cgroup v2 does not offer the controllers these `limits` need where run cgroups go
+    /// ([`ContainError::path`]); `available` is what its `cgroup.controllers` lists, `hybrid`
+    /// says cgroup v1 holds the rest (reaper never uses v1).
+    ControllersUnavailable {
+        /// The limits asked for that need the missing controllers.
+        limits: Limits,
+        /// The controllers cgroup v2 offers there.
+        available: Vec<String>,
+        /// The host mounts cgroup v1 beside v2.
+        hybrid: bool,
+    },
+    /// The controllers these `limits` need are not enabled where run cgroups go
+    /// ([`ContainError::path`]), and that cgroup is not reaper's to change: the root cgroup
+    /// (`root`), or one nobody delegated to it and no `cgroup_parent` named.
+    NotOurs {
+        /// The limits whose controllers would have to be enabled.
+        limits: Limits,
+        /// The cgroup is the root cgroup.
+        root: bool,
+    },
+    /// Enabling the controllers failed; `busy`: processes other than reaper live in that
+    /// cgroup (the kernel enables controllers only for a cgroup without processes).
+    Enable {
+        /// EBUSY.
+        busy: bool,
+    },
+    /// Writing a limit to the run's cgroup failed.
+    Set {
+        /// The limit written.
+        limits: Limits,
+        /// What the write met.
+        error: String,
+    },
+    /// The backend asked for (`asked`; `None`: `auto`, which had no other) has no cgroups, so
+    /// it cannot enforce these `limits`.
+    NeedsCgroups {
+        /// The limits asked for.
+        limits: Limits,
+        /// The backend asked for by name, if one.
+        asked: Option<BackendKind>,
+    },
+    /// This backend does not exist on this system (cgroups and the subreaper are Linux's).
+    Unsupported {
+        /// The backend asked for.
+        backend: BackendKind,
+    },
+}
+
 /// A containment failure: what failed, the path and errno when there are, and what to do.
 #[derive(Debug, Clone)]
 pub struct ContainError {
@@ -171,6 +220,7 @@ pub struct ContainError {
     path: Option<PathBuf>,
     errno: Option<i32>,
     hint: Option<&'static str>,
+    refusal: Option<Box<Refusal>>,
 }
 
 impl ContainError {
@@ -181,6 +231,7 @@ impl ContainError {
             path: None,
             errno: None,
             hint: None,
+            refusal: None,
         }
     }
 
@@ -209,9 +260,21 @@ impl ContainError {
         self
     }
 
+    /// Adds what the library can say to do, appended to [`ContainError::what`] as written.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn hint(mut self, hint: &'static str) -> Self {
         self.hint = Some(hint);
+        self
+    }
+
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn of_kind(mut self, kind: ContainErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    pub(crate) fn refused(mut self, refusal: Refusal) -> Self {
+        self.refusal = Some(Box::new(refusal));
         self
     }
 
@@ -234,13 +297,18 @@ impl ContainError {
     pub fn raw_os_error(&self) -> Option<i32> {
         self.errno
     }
+
+    /// Which limit or backend was refused, and why, when that is what failed.
+    pub fn refusal(&self) -> Option<&Refusal> {
+        self.refusal.as_deref()
+    }
 }
 
 impl fmt::Display for ContainError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.what)?;
         if let Some(h) = self.hint {
-            write!(f, "; {h}")?;
+            f.write_str(h)?;
         }
         Ok(())
     }

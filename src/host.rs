@@ -104,6 +104,7 @@ pub struct SandboxFindings {
 
 /// One part of the sandbox, and whether this machine allows it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SandboxPart {
     /// The part (`user namespace`).
     pub part: &'static str,
@@ -138,6 +139,7 @@ pub enum PartStatus {
 
 /// One way out of the run's cgroup, and what the kernel said when the probe tried it.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct SandboxRoute {
     /// The route (`clone3(CLONE_INTO_CGROUP)`).
     pub route: &'static str,

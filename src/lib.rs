@@ -97,13 +97,14 @@ pub use command::{Command, DEFAULT_GRACE};
 pub use containment::{Containment, Delegation, Sandbox, SandboxAccess};
 #[cfg(target_os = "linux")]
 pub use error::SandboxStep;
-pub use error::{ContainError, ContainErrorKind, Error, GuardianError, SandboxError};
-pub use event::{Event, EventSink};
+pub use error::{ContainError, ContainErrorKind, Error, GuardianError, Refusal, SandboxError};
+pub use event::Event;
+pub(crate) use event::EventSink;
 pub use guardian::Guardian;
 pub use limits::{Limits, Usage};
 pub use options::ContainOptions;
 pub use outcome::{ExitStatus, Outcome, StopReason, TeardownError};
-pub use process::{BackendKind, Escapee, Identity, Process};
+pub use process::{BackendKind, Escapee, Identity, Process, ProcessInfo};
 pub use reaper_platform::Signal;
 pub use run::Stdio;
 

@@ -31,25 +31,36 @@ impl Limits {
         self.memory_max.is_none() && self.pids_max.is_none() && self.cpus.is_none()
     }
 
-    /// The controllers these limits need, each with the `reaper` binary's flag that sets it
-    /// (for the containment's messages).
+    /// The controllers these limits need, each with the file it writes (for the containment's
+    /// messages), in the order memory, pids, cpu.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn controllers(&self) -> Vec<(&'static str, &'static str)> {
         let mut v = Vec::new();
         if self.memory_max.is_some() {
-            v.push(("memory", "--memory-max"));
+            v.push(("memory", "memory.max"));
         }
         if self.pids_max.is_some() {
-            v.push(("pids", "--pids-max"));
+            v.push(("pids", "pids.max"));
         }
         if self.cpus.is_some() {
-            v.push(("cpu", "--cpus"));
+            v.push(("cpu", "cpu.max"));
         }
         v
     }
 
-    /// The flags given, for messages: `--memory-max and --cpus`.
-    pub(crate) fn flags(&self) -> String {
+    /// The limits among these whose controller is one of `controllers`.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn only(&self, controllers: &[&str]) -> Limits {
+        let has = |c: &str| controllers.contains(&c);
+        Limits {
+            memory_max: self.memory_max.filter(|_| has("memory")),
+            pids_max: self.pids_max.filter(|_| has("pids")),
+            cpus: self.cpus.filter(|_| has("cpu")),
+        }
+    }
+
+    /// The files these limits write, for messages: `memory.max and cpu.max`.
+    pub(crate) fn files(&self) -> String {
         and(self.controllers().iter().map(|(_, f)| *f))
     }
 
@@ -74,7 +85,8 @@ pub(crate) fn and<'a>(items: impl Iterator<Item = &'a str>) -> String {
 /// What the limits did, and the run's CPU time, read from the run cgroup just before it is
 /// removed. A field is `None` where the kernel has no such file (the controller is not enabled
 /// for the run: no limit of that kind was set; or an older kernel: `memory.peak` is 5.19+).
-#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Usage {
     /// `memory.peak`: the most memory the run used at once.
     pub memory_peak_bytes: Option<u64>,
@@ -109,13 +121,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn flags_and_cpu_max() {
+    fn files_and_cpu_max() {
         let l = Limits {
             memory_max: Some(1 << 30),
             pids_max: None,
             cpus: Some(0.5),
         };
-        assert_eq!(l.flags(), "--memory-max and --cpus");
+        assert_eq!(l.files(), "memory.max and cpu.max");
         assert_eq!(Limits::cpu_max(0.5), "50000 100000");
         assert_eq!(Limits::cpu_max(2.0), "200000 100000");
         assert!(Limits::default().is_empty());

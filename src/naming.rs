@@ -40,18 +40,14 @@ pub fn me() -> std::io::Result<Owner> {
     static ME: OnceLock<Owner> = OnceLock::new();
     let pid = rustix::process::getpid().as_raw_nonzero().get();
     match ME.get() {
-        Some(&me) if me.pid == pid => Ok(me),
+        Some(&me) if me.process.pid == pid => Ok(me),
         _ => {
-            let procfs::Identity {
-                pid,
-                starttime: start,
-            } = procfs::self_identity()?;
+            let process = procfs::self_identity()?;
             let me = Owner {
                 pidns: Some(procfs::pid_namespace()?),
-                pid,
-                start,
+                process,
             };
-            if me.pid == pid {
+            if me.process.pid == pid {
                 let _ = ME.set(me);
             }
             Ok(me)
@@ -71,17 +67,16 @@ pub struct Owner {
     /// `reaper-PID-STARTTIME-…`, which did not carry it.
     pub pidns: Option<u64>,
     /// Its pid and start time, in that namespace.
-    pub pid: i32,
-    pub start: u64,
+    pub process: Identity,
 }
 
 impl Owner {
     /// The name of its cgroup `tail` (a sequence number, or `supervisor`).
     pub fn name(&self, tail: &str) -> String {
-        let Owner { pidns, pid, start } = self;
-        match pidns {
-            Some(ns) => format!("{PREFIX}{ns}-{pid}-{start}-{tail}"),
-            None => format!("{PREFIX}{pid}-{start}-{tail}"),
+        let Identity { pid, starttime } = self.process;
+        match self.pidns {
+            Some(ns) => format!("{PREFIX}{ns}-{pid}-{starttime}-{tail}"),
+            None => format!("{PREFIX}{pid}-{starttime}-{tail}"),
         }
     }
 }
@@ -98,8 +93,10 @@ pub fn owner_of(name: &str) -> Option<Owner> {
     let [pid, start, tail] = rest;
     let owner = Owner {
         pidns,
-        pid: pid.parse().ok()?,
-        start: start.parse().ok()?,
+        process: Identity {
+            pid: pid.parse().ok()?,
+            starttime: start.parse().ok()?,
+        },
     };
     (tail == "supervisor" || (!tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit())))
         .then_some(owner)
@@ -136,10 +133,7 @@ impl RunId {
         let me = me().ok()?;
         Some(RunId {
             pidns: me.pidns?,
-            owner: Identity {
-                pid: me.pid,
-                starttime: me.start,
-            },
+            owner: me.process,
             seq,
         })
     }
@@ -202,8 +196,7 @@ impl fmt::Display for BadRunId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{:?} is not a run id (PIDNS-PID-START-N, as REAPER_RUN_ID and `reaper ps --json` \
-             show it)",
+            "{:?} is not a run id (PIDNS-PID-START-N, as REAPER_RUN_ID shows it)",
             self.0
         )
     }
@@ -261,11 +254,18 @@ mod tests {
 
     #[test]
     fn names_of_ours_carry_the_owner() {
-        let owner = |pidns, pid, start| Some(Owner { pidns, pid, start });
+        let owner = |pidns, pid, starttime| {
+            Some(Owner {
+                pidns,
+                process: Identity { pid, starttime },
+            })
+        };
         let me = Owner {
             pidns: Some(4026531836),
-            pid: 123,
-            start: 456,
+            process: Identity {
+                pid: 123,
+                starttime: 456,
+            },
         };
         assert_eq!(owner_of(&me.name("0")), Some(me));
         assert_eq!(owner_of(&supervisor_name(me)), Some(me));
@@ -318,8 +318,10 @@ mod tests {
         assert!(!id.matches("123-70") && !id.matches("12-7"));
         let owner = Owner {
             pidns: Some(4026531836),
-            pid: 123,
-            start: 456,
+            process: Identity {
+                pid: 123,
+                starttime: 456,
+            },
         };
         assert_eq!(id.cgroup_name(), owner.name("7"));
         assert_eq!(RunId::from_cgroup_name(&owner.name("7")), Some(id));

@@ -34,7 +34,7 @@ impl Guardian {
     }
 
     /// Says the guardian is Linux-only and returns 125.
-    pub fn serve(_reaper_pid: i32, _reaper_start: u64) -> u8 {
+    pub fn serve(_reaper_pid: i32, _reaper_starttime: u64) -> u8 {
         eprintln!("reaper: {}", GuardianError::NotLinux);
         125
     }

@@ -13,6 +13,7 @@ use crate::{BackendKind, ContainError, Escapee, Limits, Process, Usage};
 /// Why the run stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum StopReason {
     /// The leader exited by itself.
     Exited,

@@ -123,6 +123,7 @@ pub enum Escalation {
 /// How a run is supervised: each caller builds its own ([`crate::Command`]'s setters change the
 /// common parts).
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct Plan {
     /// The wall-clock limit, from the supervisor's start.
     pub timeout: Option<Duration>,

@@ -27,7 +27,7 @@ fn current_ppid() -> i32 {
 }
 
 /// Whether the parent [`remember_parent`] saw is gone (this process was reparented).
-pub fn parent_died() -> bool {
+pub(crate) fn parent_died() -> bool {
     ORIGINAL_PPID.get().is_some_and(|&p| p != current_ppid())
 }
 

@@ -307,7 +307,15 @@ async fn errors_are_typed() {
     });
     match cmd.spawn().await {
         Err(reaper::Error::Containment(e)) => {
-            assert_eq!(e.kind(), reaper::ContainErrorKind::LimitUnavailable, "{e}")
+            assert_eq!(e.kind(), reaper::ContainErrorKind::LimitUnavailable, "{e}");
+            // Which limit, and the backend that cannot hold it, as values a face words.
+            match e.refusal() {
+                Some(reaper::Refusal::NeedsCgroups { limits, asked }) => {
+                    assert_eq!(limits.pids_max, Some(10));
+                    assert_eq!(*asked, Some(reaper::BackendKind::Pgid));
+                }
+                other => panic!("{other:?}"),
+            }
         }
         other => panic!("{other:?}"),
     }

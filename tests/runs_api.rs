@@ -71,10 +71,12 @@ async fn an_embedders_run_is_listed_and_its_record_goes_with_it() {
             "{backend:?}"
         );
         assert_eq!(id.owner().pid, std::process::id() as i32);
-        let mine = runs::of_this_process(ListOptions { processes: true });
+        let mut opts = ListOptions::default();
+        opts.processes = true;
+        let mine = runs::of_this_process(opts);
         let run = mine.iter().find(|r| r.id == id).expect("listed");
         assert_eq!(run.state, RunState::Running);
-        assert_eq!(run.record.request_id.as_deref(), Some("req-42"));
+        assert_eq!(run.request_id.as_deref(), Some("req-42"));
         // The leader (exec'd to sleep) and its child (likewise).
         assert_eq!(run.process_count, 2, "{backend:?}: {:?}", run.processes);
         assert!(runs::find(&id.short(), ListOptions::default()).is_ok());

@@ -1,7 +1,8 @@
 //! The library's errors in the binary's words: what failed, and what to do about it with this
 //! binary's flags and commands, per error kind.
 
-use reaper::{Error, SandboxError};
+use reaper::SandboxError;
+use reaper::{BackendKind, ContainError, ContainErrorKind, Error, Limits, Refusal};
 
 /// What to do when containment fails.
 pub const RUN_DOCTOR: &str = "run `reaper doctor`";
@@ -10,8 +11,193 @@ pub const RUN_DOCTOR: &str = "run `reaper doctor`";
 pub fn start_error(e: &Error) -> String {
     match e {
         Error::Sandbox(s) => sandbox_error(s),
+        Error::Containment(c) => contain_error(c),
         Error::JoinFailed { program, .. } => {
             format!("cannot move '{program}' into its cgroup before exec; {RUN_DOCTOR}")
+        }
+        e => e.to_string(),
+    }
+}
+
+/// Why `auto` fell back from the cgroup backend to `backend`, as one line for the user.
+pub fn fallback(why: &ContainError, backend: Option<BackendKind>) -> String {
+    format!(
+        "reaper: warning: no cgroup for this run ({}); using the {} backend instead; run \
+         `reaper doctor` for details",
+        contain_error(why),
+        backend.map_or("?", BackendKind::as_str)
+    )
+}
+
+/// A containment failure, with this binary's flags for the limits and backends it names.
+pub fn contain_error(e: &ContainError) -> String {
+    let dir = || {
+        e.path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    match e.refusal() {
+        Some(Refusal::ControllersUnavailable {
+            limits,
+            available,
+            hybrid,
+        }) => {
+            let names = and(&controllers(limits));
+            let flags = and(&flags(limits));
+            let many = controllers(limits).len() > 1;
+            let listed = if available.is_empty() {
+                "none".to_owned()
+            } else {
+                available.join(" ")
+            };
+            let (it, flag) = if many {
+                ("them", "flags")
+            } else {
+                ("it", "flag")
+            };
+            let dir = dir();
+            let todo = if *hybrid {
+                format!(
+                    "this host mounts cgroup v1 beside v2 (hybrid mode) and v1 holds {it}, which \
+                     reaper never uses: boot with systemd.unified_cgroup_hierarchy=1 (or \
+                     cgroup_no_v1=all) so that cgroup v2 has {it}, or run without the {flag}"
+                )
+            } else {
+                format!(
+                    "the cgroup above {dir} did not delegate {it}: enable {it} there (echo \
+                     {} > PARENT/cgroup.subtree_control), run reaper under systemd (a scope \
+                     with Delegate=yes: the user manager delegates cpu memory pids), or name a \
+                     cgroup that has {it} with --cgroup-parent",
+                    controllers(limits)
+                        .iter()
+                        .map(|c| format!("+{c}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                )
+            };
+            let (need, ctl, is) = if many {
+                ("need", "controllers", "are")
+            } else {
+                ("needs", "controller", "is")
+            };
+            format!(
+                "{flags} {need} the cgroup v2 {names} {ctl}, which {is} not available in {dir} \
+                 (its cgroup.controllers lists: {listed}); {todo}; a limit is never dropped, so \
+                 the run did not start"
+            )
+        }
+        Some(Refusal::NotOurs { limits, root }) => {
+            let dir = dir();
+            let need = if controllers(limits).len() > 1 {
+                "need"
+            } else {
+                "needs"
+            };
+            let why = if *root {
+                "it is the root cgroup, the whole machine's"
+            } else {
+                "reaper runs there without a delegation: no systemd scope was delegated to it, \
+                 and no --cgroup-parent was given"
+            };
+            format!(
+                "{} {need} the {} controller enabled in {dir}/cgroup.subtree_control, and {dir} \
+                 is not reaper's to change ({why}): name a cgroup of yours with --cgroup-parent \
+                 (mkdir it under the cgroup2 mount), or run reaper under systemd, which \
+                 delegates a scope to it; a limit is never dropped, so the run did not start",
+                and(&flags(limits)),
+                and(&controllers(limits))
+            )
+        }
+        Some(Refusal::Enable { busy: true }) => format!(
+            "{} (processes other than reaper live in that cgroup: the kernel enables \
+             controllers only for a cgroup without processes of its own; use --cgroup-parent \
+             with an empty cgroup)",
+            e.what()
+        ),
+        Some(Refusal::Set { limits, error }) => {
+            format!("cannot set {}: {error}", and(&flags(limits)))
+        }
+        Some(Refusal::NeedsCgroups { limits, asked }) => format!(
+            "{} needs the cgroup backend (cgroup v2); --containment {} cannot enforce it; a \
+             limit is never dropped, so the run did not start",
+            and(&flags(limits)),
+            containment(*asked)
+        ),
+        Some(Refusal::Unsupported {
+            backend: BackendKind::Cgroup,
+        }) => "--containment cgroup is Linux-only (cgroup v2); on macOS use pgid, which auto \
+               picks"
+            .into(),
+        Some(Refusal::Unsupported {
+            backend: BackendKind::Subreaper,
+        }) => "--containment subreaper is Linux-only (PR_SET_CHILD_SUBREAPER); on macOS use \
+               pgid, which auto picks"
+            .into(),
+        _ => match e.kind() {
+            ContainErrorKind::ParentRefused => format!("--cgroup-parent {e}"),
+            ContainErrorKind::NotDelegated => format!(
+                "{e} (--delegate never does it anyway; --cgroup-parent names a cgroup of yours)"
+            ),
+            ContainErrorKind::CgroupUnusable => format!("{e}; {RUN_DOCTOR}"),
+            _ => e.to_string(),
+        },
+    }
+}
+
+/// The `--containment` value that named this backend (`None`: auto).
+fn containment(asked: Option<BackendKind>) -> &'static str {
+    match asked {
+        Some(k) => k.as_str(),
+        None if cfg!(target_os = "linux") => "auto",
+        None => "auto (pgid on macOS)",
+    }
+}
+
+/// The flags that set these limits, in the order memory, pids, cpu.
+fn flags(l: &Limits) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if l.memory_max.is_some() {
+        v.push("--memory-max");
+    }
+    if l.pids_max.is_some() {
+        v.push("--pids-max");
+    }
+    if l.cpus.is_some() {
+        v.push("--cpus");
+    }
+    v
+}
+
+/// The cgroup v2 controllers these limits need, in the same order.
+fn controllers(l: &Limits) -> Vec<&'static str> {
+    let mut v = Vec::new();
+    if l.memory_max.is_some() {
+        v.push("memory");
+    }
+    if l.pids_max.is_some() {
+        v.push("pids");
+    }
+    if l.cpus.is_some() {
+        v.push("cpu");
+    }
+    v
+}
+
+/// `a`, `a and b`, `a, b and c`.
+fn and(items: &[&str]) -> String {
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => (*last).to_owned(),
+        Some((last, rest)) => format!("{} and {last}", rest.join(", ")),
+    }
+}
+
+/// Why `reaper stop` or `kill` found no single run.
+#[cfg(target_os = "linux")]
+pub fn find_error(e: &reaper::runs::FindError) -> String {
+    match e {
+        reaper::runs::FindError::NoSuchRun(t) => {
+            format!("no run {t:?} (see `reaper ps`; runs of other users are visible to root only)")
         }
         e => e.to_string(),
     }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 
 use reaper::supervise::{Plan, Request, Requests, Step};
-use reaper::{EventSink, Signal, StopReason};
+use reaper::{Signal, StopReason};
 
 #[derive(Parser)]
 struct RunCli {
@@ -73,11 +73,11 @@ async fn events_of(plan: Plan, request: Option<Request>) -> Option<(Vec<String>,
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = {
         let seen = seen.clone();
-        EventSink::new(move |_, ev| {
+        move |_, ev: &reaper::Event| {
             let v = crate::report::event_json(ev).unwrap_or_default();
             let kind = v["event"].as_str().unwrap_or("?").to_owned();
             seen.lock().unwrap_or_else(|e| e.into_inner()).push(kind);
-        })
+        }
     };
     let mut requests = Requests::new();
     if let Some(r) = request {
@@ -185,13 +185,13 @@ async fn a_step_dropped_again_and_again_decides_once() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let sink = {
         let seen = seen.clone();
-        EventSink::new(move |t_ms, ev| {
+        move |t_ms, ev: &reaper::Event| {
             let v = crate::report::event_json(ev).unwrap_or_default();
             let kind = v["event"].as_str().unwrap_or("?").to_owned();
             seen.lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((t_ms, kind));
-        })
+        }
     };
     let mut cmd = reaper::Command::new("sleep");
     cmd.args(["60"])

@@ -92,7 +92,33 @@ pub struct Report<'a> {
     error: Option<String>,
     guardian_pid: Option<i32>,
     limits: Option<Limits>,
-    usage: Option<&'a Usage>,
+    usage: Option<UsageJson>,
+}
+
+/// What the limits did, as `--report`, `check --json` and the `reaped` event write it.
+#[derive(Debug, Serialize)]
+pub struct UsageJson {
+    memory_peak_bytes: Option<u64>,
+    oom_kill: Option<u64>,
+    oom_group_kill: Option<u64>,
+    pids_max_events: Option<u64>,
+    cpu_usage_usec: Option<u64>,
+    cpu_nr_throttled: Option<u64>,
+    cpu_throttled_usec: Option<u64>,
+}
+
+impl UsageJson {
+    pub fn of(u: &Usage) -> UsageJson {
+        UsageJson {
+            memory_peak_bytes: u.memory_peak_bytes,
+            oom_kill: u.oom_kill,
+            oom_group_kill: u.oom_group_kill,
+            pids_max_events: u.pids_max_events,
+            cpu_usage_usec: u.cpu_usage_usec,
+            cpu_nr_throttled: u.cpu_nr_throttled,
+            cpu_throttled_usec: u.cpu_throttled_usec,
+        }
+    }
 }
 
 impl<'a> Report<'a> {
@@ -117,7 +143,7 @@ impl<'a> Report<'a> {
             error: error_text(o),
             guardian_pid: o.guardian_pid,
             limits: o.limits,
-            usage: o.usage.as_ref(),
+            usage: o.usage.as_ref().map(UsageJson::of),
         }
     }
 }
@@ -125,7 +151,7 @@ impl<'a> Report<'a> {
 /// One `--events` line, `"event"` naming the kind in kebab-case.
 #[derive(Serialize)]
 #[serde(tag = "event", rename_all = "kebab-case")]
-enum EventLine<'a> {
+enum EventLine {
     Spawned {
         pid: i32,
         backend: &'static str,
@@ -162,7 +188,7 @@ enum EventLine<'a> {
         survivors: Vec<String>,
         escapees: Vec<String>,
         #[serde(skip_serializing_if = "Option::is_none")]
-        usage: Option<&'a Usage>,
+        usage: Option<UsageJson>,
     },
 }
 
@@ -212,11 +238,356 @@ pub fn event_json(ev: &Event) -> Option<serde_json::Value> {
             killed: *killed,
             survivors: process_labels(survivors),
             escapees: escapee_labels(escapees),
-            usage: usage.as_ref(),
+            usage: usage.as_ref().map(UsageJson::of),
         },
         _ => return None,
     };
     serde_json::to_value(line).ok()
+}
+
+/// A run as `ps --json` and the MCP resource `reaper://calls` show it: the record its owner
+/// wrote, and the host's view of it now.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+pub struct RunJson<'a> {
+    id: reaper::runs::RunId,
+    short_id: &'a str,
+    record: RecordJson<'a>,
+    state: &'static str,
+    stop_reason: Option<reaper::StopReason>,
+    owner_command: Option<&'a str>,
+    age_ms: u64,
+    leader_alive: bool,
+    process_count: usize,
+    processes: Vec<MemberJson<'a>>,
+    memory: Option<MemoryJson>,
+    cpu_usec: Option<u64>,
+    limits_hit: LimitsHitJson,
+}
+
+/// The run's record as its owner wrote it.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct RecordJson<'a> {
+    version: u32,
+    id: reaper::runs::RunId,
+    boot_id: &'a str,
+    uid: u32,
+    argv: &'a [String],
+    started_unix_ms: u64,
+    backend: &'static str,
+    cgroup: Option<&'a std::path::Path>,
+    limits: Option<Limits>,
+    leader_pid: i32,
+    leader_starttime: u64,
+    timeout_ms: Option<u64>,
+    stop_signal: Option<i32>,
+    grace_ms: u64,
+    request_id: Option<&'a str>,
+    phase: &'static str,
+    stop_reason: Option<reaper::StopReason>,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct MemberJson<'a> {
+    pid: i32,
+    ppid: i32,
+    starttime: u64,
+    state: char,
+    comm: &'a str,
+    cmdline: &'a str,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct MemoryJson {
+    current_bytes: u64,
+    peak_bytes: Option<u64>,
+    source: &'static str,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct LimitsHitJson {
+    memory: bool,
+    pids: bool,
+    cpu: bool,
+}
+
+/// [`RunJson`] of each run.
+#[cfg(target_os = "linux")]
+pub fn runs_json(runs: &[reaper::runs::RunStatus]) -> Vec<RunJson<'_>> {
+    runs.iter().map(run_json).collect()
+}
+
+#[cfg(target_os = "linux")]
+fn run_json(r: &reaper::runs::RunStatus) -> RunJson<'_> {
+    RunJson {
+        id: r.id,
+        short_id: &r.short_id,
+        record: RecordJson {
+            version: reaper::runs::RECORD_VERSION,
+            id: r.id,
+            boot_id: &r.boot_id,
+            uid: r.uid,
+            argv: &r.argv,
+            started_unix_ms: r
+                .started
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            backend: r.backend.map_or("unknown", reaper::BackendKind::as_str),
+            cgroup: r.cgroup.as_deref(),
+            limits: r.limits,
+            leader_pid: r.leader.pid,
+            leader_starttime: r.leader.starttime,
+            timeout_ms: r.timeout.map(ms),
+            stop_signal: r.stop_signal,
+            grace_ms: ms(r.grace),
+            request_id: r.request_id.as_deref(),
+            phase: r.phase.as_str(),
+            stop_reason: r.stop_reason,
+        },
+        state: r.state.as_str(),
+        stop_reason: r.stop_reason,
+        owner_command: r.owner_command.as_deref(),
+        age_ms: r.age_ms,
+        leader_alive: r.leader_alive,
+        process_count: r.process_count,
+        processes: r
+            .processes
+            .iter()
+            .map(|m| MemberJson {
+                pid: m.pid,
+                ppid: m.ppid,
+                starttime: m.starttime,
+                state: m.state,
+                comm: &m.comm,
+                cmdline: &m.cmdline,
+            })
+            .collect(),
+        memory: r.memory.map(|m| MemoryJson {
+            current_bytes: m.current_bytes,
+            peak_bytes: m.peak_bytes,
+            source: m.source,
+        }),
+        cpu_usec: r.cpu_usec,
+        limits_hit: LimitsHitJson {
+            memory: r.limits_hit.memory,
+            pids: r.limits_hit.pids,
+            cpu: r.limits_hit.cpu,
+        },
+    }
+}
+
+/// How `reaper stop`/`kill` ended a run, as `--json` writes it.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+#[serde(tag = "by", rename_all = "kebab-case")]
+pub enum DoneJson<'a> {
+    Owner {
+        ended: Option<&'a reaper::runs::Ended>,
+    },
+    Directly {
+        owner: &'static str,
+        killed: usize,
+        cgroup_removed: bool,
+        limits: Option<&'static str>,
+    },
+    AlreadyOver,
+    /// An end of a later library, without a name here yet.
+    Unknown,
+}
+
+/// [`DoneJson`] of an end.
+#[cfg(target_os = "linux")]
+pub fn done_json(d: &reaper::runs::Done) -> DoneJson<'_> {
+    use reaper::runs::Done;
+    match d {
+        Done::Owner { ended } => DoneJson::Owner {
+            ended: ended.as_ref(),
+        },
+        Done::Directly {
+            owner,
+            killed,
+            cgroup_removed,
+            limits,
+        } => DoneJson::Directly {
+            owner,
+            killed: *killed,
+            cgroup_removed: *cgroup_removed,
+            limits: *limits,
+        },
+        Done::AlreadyOver => DoneJson::AlreadyOver,
+        _ => DoneJson::Unknown,
+    }
+}
+
+/// `reaper audit --json`: the census.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+pub struct CensusJson<'a> {
+    certain: Vec<LeakJson<'a>>,
+    suspect: Vec<LeakJson<'a>>,
+    scanned: usize,
+    unreadable: usize,
+    init: &'a str,
+    elapsed_ms: u64,
+    refused: Option<&'a str>,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct LeakJson<'a> {
+    root: ProcJson<'a>,
+    evidence: Vec<EvidenceJson<'a>>,
+    run: Option<reaper::runs::RunId>,
+    origin: Option<&'a str>,
+    descendants: Vec<ProcJson<'a>>,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+struct ProcJson<'a> {
+    pid: i32,
+    starttime: u64,
+    ppid: i32,
+    pgid: i32,
+    sid: i32,
+    uid: Option<u32>,
+    comm: &'a str,
+    exe: Option<&'a std::path::Path>,
+    cmdline: &'a str,
+    cgroup: Option<&'a str>,
+    age_secs: u64,
+}
+
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+enum EvidenceJson<'a> {
+    EndedRun {
+        run: reaper::runs::RunId,
+    },
+    StaleRunCgroup {
+        cgroup: &'a str,
+    },
+    RunNotListed {
+        run: reaper::runs::RunId,
+    },
+    ServiceWithRunId {
+        run: reaper::runs::RunId,
+    },
+    Reparented {
+        to: i32,
+        to_comm: &'a str,
+    },
+    ForeignSession {
+        sid: i32,
+        leader_gone: bool,
+    },
+    ForeignGroup {
+        pgid: i32,
+        leader_gone: bool,
+    },
+    NotUnitMain {
+        cgroup: &'a str,
+    },
+    OwnSession,
+    StdinHungUp {
+        was: &'a str,
+    },
+    StdinClosed,
+    /// Evidence of a later library, without a name here yet.
+    Unknown,
+}
+
+/// `reaper audit --kill --json`: what was done to one process.
+#[cfg(target_os = "linux")]
+#[derive(Serialize)]
+pub struct KilledJson {
+    pid: i32,
+    starttime: u64,
+    result: &'static str,
+}
+
+/// [`CensusJson`] of a census.
+#[cfg(target_os = "linux")]
+pub fn census_json(c: &reaper::audit::Census) -> CensusJson<'_> {
+    CensusJson {
+        certain: c.certain.iter().map(leak_json).collect(),
+        suspect: c.suspect.iter().map(leak_json).collect(),
+        scanned: c.scanned,
+        unreadable: c.unreadable,
+        init: &c.init,
+        elapsed_ms: c.elapsed_ms,
+        refused: c.refused.as_deref(),
+    }
+}
+
+/// [`KilledJson`] of each result.
+#[cfg(target_os = "linux")]
+pub fn killed_json(ks: &[reaper::audit::Killed]) -> Vec<KilledJson> {
+    ks.iter()
+        .map(|k| KilledJson {
+            pid: k.process.pid,
+            starttime: k.process.starttime,
+            result: k.result,
+        })
+        .collect()
+}
+
+#[cfg(target_os = "linux")]
+fn leak_json(l: &reaper::audit::Leak) -> LeakJson<'_> {
+    LeakJson {
+        root: proc_json(&l.root),
+        evidence: l.evidence.iter().map(evidence_json).collect(),
+        run: l.run,
+        origin: l.origin.as_deref(),
+        descendants: l.descendants.iter().map(proc_json).collect(),
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn proc_json(p: &reaper::ProcessInfo) -> ProcJson<'_> {
+    ProcJson {
+        pid: p.pid,
+        starttime: p.starttime,
+        ppid: p.ppid,
+        pgid: p.pgid,
+        sid: p.sid,
+        uid: p.uid,
+        comm: &p.comm,
+        exe: p.exe.as_deref(),
+        cmdline: &p.cmdline,
+        cgroup: p.cgroup.as_deref(),
+        age_secs: p.age_secs,
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn evidence_json(e: &reaper::audit::Evidence) -> EvidenceJson<'_> {
+    use reaper::audit::Evidence as E;
+    match e {
+        E::EndedRun { run } => EvidenceJson::EndedRun { run: *run },
+        E::StaleRunCgroup { cgroup } => EvidenceJson::StaleRunCgroup { cgroup },
+        E::RunNotListed { run } => EvidenceJson::RunNotListed { run: *run },
+        E::ServiceWithRunId { run } => EvidenceJson::ServiceWithRunId { run: *run },
+        E::Reparented { to, to_comm } => EvidenceJson::Reparented { to: *to, to_comm },
+        E::ForeignSession { sid, leader_gone } => EvidenceJson::ForeignSession {
+            sid: *sid,
+            leader_gone: *leader_gone,
+        },
+        E::ForeignGroup { pgid, leader_gone } => EvidenceJson::ForeignGroup {
+            pgid: *pgid,
+            leader_gone: *leader_gone,
+        },
+        E::NotUnitMain { cgroup } => EvidenceJson::NotUnitMain { cgroup },
+        E::OwnSession => EvidenceJson::OwnSession,
+        E::StdinHungUp { was } => EvidenceJson::StdinHungUp { was },
+        E::StdinClosed => EvidenceJson::StdinClosed,
+        _ => EvidenceJson::Unknown,
+    }
 }
 
 #[cfg(test)]

@@ -9,8 +9,6 @@
 
 use std::os::unix::fs::MetadataExt;
 
-use serde::Serialize;
-
 use super::{Census, Leak};
 use crate::containment::Process;
 use crate::runs::RunId;
@@ -19,13 +17,12 @@ use reaper_platform::linux::procfs;
 use reaper_platform::process::Handle;
 use reaper_platform::{signal, Signal};
 
-/// What [`kill`] did to one process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// What [`kill_leaks`] or [`kill_chosen`] did to one process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Killed {
     /// The process.
-    pub pid: i32,
-    /// Its start time.
-    pub starttime: u64,
+    pub process: Identity,
     /// `killed`; `gone` (it had exited, or its pid names another process now); or
     /// `not-permitted` (the user acted for may not signal it).
     pub result: &'static str,
@@ -33,12 +30,11 @@ pub struct Killed {
 
 /// SIGSTOPs, then SIGKILLs, each of `targets` that is still the process it names, with this
 /// process's own power.
-pub fn kill(targets: &[Identity]) -> Vec<Killed> {
+pub(crate) fn kill(targets: &[Identity]) -> Vec<Killed> {
     let mut held: Vec<(Identity, Handle)> = Vec::new();
     let mut out: Vec<Killed> = Vec::new();
     let result = |t: &Identity, result| Killed {
-        pid: t.pid,
-        starttime: t.starttime,
+        process: *t,
         result,
     };
     for t in targets {
@@ -64,11 +60,7 @@ pub fn kill(targets: &[Identity]) -> Vec<Killed> {
         });
     }
     // In the order asked.
-    out.sort_by_key(|k| {
-        targets
-            .iter()
-            .position(|t| t.pid == k.pid && t.starttime == k.starttime)
-    });
+    out.sort_by_key(|k| targets.iter().position(|t| *t == k.process));
     out
 }
 
@@ -97,11 +89,7 @@ pub fn kill_chosen(census: &Census, targets: &[Identity]) -> Vec<Killed> {
         out.extend(kill_as(acting_uid(leak), &chosen));
     }
     out.extend(kill(&left));
-    out.sort_by_key(|k| {
-        targets
-            .iter()
-            .position(|t| t.pid == k.pid && t.starttime == k.starttime)
-    });
+    out.sort_by_key(|k| targets.iter().position(|t| *t == k.process));
     out
 }
 
@@ -123,8 +111,7 @@ fn kill_as(uid: Option<u32>, targets: &[Identity]) -> Vec<Killed> {
         targets
             .iter()
             .map(|t| Killed {
-                pid: t.pid,
-                starttime: t.starttime,
+                process: *t,
                 result,
             })
             .collect()

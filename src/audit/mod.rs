@@ -1,5 +1,5 @@
 //! A census of the processes on this machine that look leaked (Linux): what `reaper audit`
-//! prints. Read-only; [`kill`] ends what the caller chose, by pidfd.
+//! prints. Read-only; [`kill_leaks`] and [`kill_chosen`] end what the caller chose, by pidfd.
 //!
 //! Only a process whose parent is gone can have been left behind: the census looks at the
 //! *orphans* — processes whose parent is PID 1 or a user's service manager (`systemd --user`,
@@ -25,19 +25,18 @@
 mod kill;
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::time::Instant;
 
 use reaper_platform::linux::procfs::{self, ProcStat};
-use serde::Serialize;
 
-pub use kill::{kill, kill_chosen, kill_leaks, Killed};
+pub use kill::{kill_chosen, kill_leaks, Killed};
 
 use crate::runs::{record, RunId, RUN_ID_ENV};
-use crate::Identity;
+use crate::{Identity, ProcessInfo};
 
 /// What the census found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Census {
     /// Trees that outlived their reaper, for certain.
     pub certain: Vec<Leak>,
@@ -57,10 +56,11 @@ pub struct Census {
 }
 
 /// One leaked tree: its root (an orphan) and what is below it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct Leak {
     /// The orphan at the top of the tree.
-    pub root: Proc,
+    pub root: ProcessInfo,
     /// Why it is listed.
     pub evidence: Vec<Evidence>,
     /// The run it belonged to, when its environment or cgroup says.
@@ -69,7 +69,7 @@ pub struct Leak {
     /// the session or process group it was started in.
     pub origin: Option<String>,
     /// Its live descendants.
-    pub descendants: Vec<Proc>,
+    pub descendants: Vec<ProcessInfo>,
 }
 
 impl Leak {
@@ -77,51 +77,14 @@ impl Leak {
     pub fn identities(&self) -> Vec<Identity> {
         std::iter::once(&self.root)
             .chain(&self.descendants)
-            .map(Proc::identity)
+            .map(ProcessInfo::identity)
             .collect()
     }
 }
 
-/// A process, as the census read it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Proc {
-    /// Its pid.
-    pub pid: i32,
-    /// Its start time (clock ticks after boot): with the pid, what [`kill`] checks.
-    pub starttime: u64,
-    /// Its parent's pid.
-    pub ppid: i32,
-    /// Its process group.
-    pub pgid: i32,
-    /// Its session.
-    pub sid: i32,
-    /// The user that owns it.
-    pub uid: Option<u32>,
-    /// Its command name.
-    pub comm: String,
-    /// Its executable, when readable.
-    pub exe: Option<PathBuf>,
-    /// Its command line.
-    pub cmdline: String,
-    /// Its cgroup (the unified hierarchy's path).
-    pub cgroup: Option<String>,
-    /// Seconds since it started.
-    pub age_secs: u64,
-}
-
-impl Proc {
-    /// The process, named for good.
-    pub fn identity(&self) -> Identity {
-        Identity {
-            pid: self.pid,
-            starttime: self.starttime,
-        }
-    }
-}
-
 /// Why a process is listed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Evidence {
     /// Its environment names this run, whose reaper is gone.
     EndedRun {
@@ -184,48 +147,6 @@ pub enum Evidence {
 }
 
 impl Evidence {
-    /// One line for a person.
-    pub fn describe(&self) -> String {
-        match self {
-            Evidence::EndedRun { run } => format!("REAPER_RUN_ID={run}, whose reaper is gone"),
-            Evidence::StaleRunCgroup { cgroup } => {
-                format!("in run cgroup {cgroup}, whose reaper is gone")
-            }
-            Evidence::RunNotListed { run } => {
-                format!("REAPER_RUN_ID={run}: its reaper lives but lists no such run")
-            }
-            Evidence::ServiceWithRunId { run } => format!(
-                "a service manager's unit, with REAPER_RUN_ID={run} of an ended run (imported \
-                 into the manager's environment?)"
-            ),
-            Evidence::Reparented { to, to_comm } => {
-                format!("reparented to {to_comm} (pid {to})")
-            }
-            Evidence::ForeignSession { sid, leader_gone } => format!(
-                "started in session {sid}{}",
-                if *leader_gone {
-                    ", whose leader is gone"
-                } else {
-                    ""
-                }
-            ),
-            Evidence::ForeignGroup { pgid, leader_gone } => format!(
-                "started in process group {pgid}{}",
-                if *leader_gone {
-                    ", whose leader is gone"
-                } else {
-                    ""
-                }
-            ),
-            Evidence::NotUnitMain { cgroup } => {
-                format!("not the main process of {cgroup}")
-            }
-            Evidence::OwnSession => "leads a session of its own (setsid)".to_owned(),
-            Evidence::StdinHungUp { was } => format!("stdin {was} hung up"),
-            Evidence::StdinClosed => "stdin closed".to_owned(),
-        }
-    }
-
     fn certain(&self) -> bool {
         matches!(
             self,
@@ -583,13 +504,14 @@ impl Ctx<'_> {
         None
     }
 
-    fn proc(&self, s: &ProcStat, cmdline: Option<String>, cgroup: Option<String>) -> Proc {
-        Proc {
+    fn proc(&self, s: &ProcStat, cmdline: Option<String>, cgroup: Option<String>) -> ProcessInfo {
+        ProcessInfo {
             pid: s.pid,
             starttime: s.starttime,
             ppid: s.ppid,
             pgid: s.pgid,
             sid: s.sid,
+            state: s.state,
             uid: procfs::uid(s.pid),
             comm: s.comm.clone(),
             exe: procfs::exe(s.pid),
@@ -600,7 +522,7 @@ impl Ctx<'_> {
     }
 
     /// The live processes below `pid`, parents first.
-    fn descendants(&self, pid: i32) -> Vec<Proc> {
+    fn descendants(&self, pid: i32) -> Vec<ProcessInfo> {
         let mut out = Vec::new();
         let mut queue = vec![pid];
         let mut seen = HashSet::from([pid]);

@@ -11,6 +11,7 @@ use crate::limits::Limits;
 
 /// Which containment a run asks for. What each does *not* contain is said at each variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub enum Containment {
     /// `Cgroup` when a run cgroup can be made here, else `Subreaper` (Linux); `Pgid` on macOS.
     /// With [`crate::Limits`] it never falls back: a limit needs the cgroup.
@@ -52,6 +53,7 @@ impl Containment {
 /// nor trace a process outside. Directories it must read or write as root are declared with
 /// [`crate::ContainOptions::sandbox_path`]. Another user's sandbox keeps that user's own ids.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Sandbox {
     /// User, mount and cgroup namespaces of the run's own, the cgroup file system, `/sys` and
     /// `/proc/sys` read-only, the kernel's files in `/proc` masked, the run records hidden, no

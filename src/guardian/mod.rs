@@ -140,8 +140,8 @@ impl Pause {
 const MAX_DIRS: usize = 64;
 
 /// The guardian's command line, as `ps` and the tests find it: `reaper guardian PID START`.
-fn title(pid: i32, start: u64) -> Vec<u8> {
-    format!("reaper\0guardian\0{pid}\0{start}\0").into_bytes()
+fn title(pid: i32, starttime: u64) -> Vec<u8> {
+    format!("reaper\0guardian\0{pid}\0{starttime}\0").into_bytes()
 }
 
 /// reaper's side of a guardian just started as child `gpid`: the pipe made non-blocking, the
@@ -256,12 +256,12 @@ impl Guardian {
         g.map(Arc::new)
     }
 
-    /// The guardian process itself, for the process `(reaper_pid, reaper_start)`: reads what
+    /// The guardian process itself, for the process `(reaper_pid, reaper_starttime)`: reads what
     /// that process tells it on stdin until EOF (or its death), continuing it when something
     /// else stops it, then kills and removes what it left. Returns the exit status (1 when a
     /// cgroup could not be removed). What `reaper guardian PID START` runs.
-    pub fn serve(reaper_pid: i32, reaper_start: u64) -> u8 {
-        takeover::main(reaper_pid, reaper_start)
+    pub fn serve(reaper_pid: i32, reaper_starttime: u64) -> u8 {
+        takeover::main(reaper_pid, reaper_starttime)
     }
 
     /// The guardian's pid.

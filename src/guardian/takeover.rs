@@ -13,6 +13,7 @@ use reaper_platform::Signal;
 
 use crate::containment::cgroup::stale;
 use crate::naming;
+use crate::Identity;
 
 /// Once reaper is dead, how long the guardian waits for its pipe to reach EOF.
 const EOF_AFTER_DEATH: Duration = Duration::from_millis(200);
@@ -20,7 +21,7 @@ const EOF_AFTER_DEATH: Duration = Duration::from_millis(200);
 /// How long the guardian waits for a killed cgroup to empty before removing what it can.
 const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 
-/// The guardian process itself, for the reaper `(reaper_pid, reaper_start)` it was forked from.
+/// The guardian process itself, for the reaper `(reaper_pid, reaper_starttime)` it was forked from.
 ///
 /// It reads records until its stdin reaches EOF: reaper's end of the pipe closes when reaper
 /// exits, however it exits (the pipe is close-on-exec, so no descendant keeps it), or when it
@@ -28,7 +29,7 @@ const TAKEOVER_DEADLINE: Duration = Duration::from_millis(900);
 /// reaper — it died, or it finished without being able to clean up (survivors, a dropped run) —
 /// and is taken over. The pidfd on reaper bounds the wait for that EOF once reaper is known to
 /// be dead, and tells when reaper's supervisor leaf is empty.
-pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
+pub(super) fn main(reaper_pid: i32, reaper_starttime: u64) -> u8 {
     ignore_stop_signals();
     // A process of the run (reaper's uid) must not trace the guardian either.
     if let Err(e) = crate::deny_tracing() {
@@ -52,14 +53,16 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
     // run included.
     let owner = naming::Owner {
         pidns: Some(pidns),
-        pid: reaper_pid,
-        start: reaper_start,
+        process: Identity {
+            pid: reaper_pid,
+            starttime: reaper_starttime,
+        },
     };
     let leaf = naming::supervisor_name(owner);
     let is_run = |name: &str| naming::owner_of(name) == Some(owner) && name != leaf;
     // None: reaper already died before we could watch it; its records are still in the pipe.
-    let reaper = Pidfd::open_checked(reaper_pid, reaper_start);
-    let dirs = listen(reaper.as_ref(), reaper_start, &is_run);
+    let reaper = Pidfd::open_checked(reaper_pid, reaper_starttime);
+    let dirs = listen(reaper.as_ref(), reaper_starttime, &is_run);
     let runs = owned(&dirs, is_run);
     let leaves = owned(&dirs, |name| name == leaf);
     if runs.is_empty() && leaves.is_empty() {
@@ -78,7 +81,7 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
             failed |= take_over(&runs, true).await;
             let who = crate::Identity {
                 pid: reaper_pid,
-                starttime: reaper_start,
+                starttime: reaper_starttime,
             };
             crate::runs::record::remove_taken_over(who, pidns);
         }
@@ -100,7 +103,7 @@ pub(super) fn main(reaper_pid: i32, reaper_start: u64) -> u8 {
 /// ([`continue_if_stopped`]). Returns the directories it named.
 fn listen(
     reaper: Option<&Pidfd>,
-    reaper_start: u64,
+    reaper_starttime: u64,
     is_run: &dyn Fn(&str) -> bool,
 ) -> Vec<PathBuf> {
     use rustix::event::{poll, PollFd, PollFlags};
@@ -148,7 +151,7 @@ fn listen(
             if Instant::now() >= next_look {
                 next_look = Instant::now() + STOP_LOOK;
                 kill_tracer_from_run(r, is_run, &mut warned);
-                if !continue_if_stopped(r, reaper_start, &mut inbox, pipe, &mut warned) {
+                if !continue_if_stopped(r, reaper_starttime, &mut inbox, pipe, &mut warned) {
                     break;
                 }
             }
@@ -305,13 +308,13 @@ impl Inbox {
 /// (`t`) is left to [`kill_tracer_from_run`]. False at the pipe's EOF.
 fn continue_if_stopped(
     reaper: &Pidfd,
-    start: u64,
+    starttime: u64,
     inbox: &mut Inbox,
     pipe: BorrowedFd<'_>,
     warned: &mut Warned,
 ) -> bool {
     match procfs::stat(reaper.raw_pid()) {
-        Ok(st) if st.starttime == start && st.state == 'T' => {}
+        Ok(st) if st.starttime == starttime && st.state == 'T' => {}
         _ => {
             if let Some(p) = inbox.pause.as_mut() {
                 p.job_running_since = None;

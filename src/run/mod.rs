@@ -65,8 +65,8 @@ pub(crate) struct Run {
     stopped: HashSet<i32>,
     /// `finish` or `keep` ran; otherwise dropping the run kills its tree (see `Drop`).
     ended: bool,
-    /// The fallback warning, if `auto` fell back.
-    pub warning: Option<String>,
+    /// Why `auto` fell back from the cgroup backend, if it did.
+    pub warning: Option<crate::ContainError>,
     guardian: Option<Arc<Guardian>>,
     /// The limits set on the run cgroup.
     limits: crate::Limits,

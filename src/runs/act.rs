@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::procfs::{self, ProcStat};
 use reaper_platform::{signal, Signal};
-use serde::Serialize;
 
 use super::control::{Answer, Asker, Ended};
 use super::dir::Dir;
@@ -36,6 +35,7 @@ use crate::naming::{RunId, RUN_ID_ENV};
 
 /// Options of [`end`].
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct EndOptions {
     /// How long the owner gets to take the request before it is done without it.
     pub answer_within: Duration,
@@ -57,8 +57,8 @@ impl Default for EndOptions {
 }
 
 /// How a run was ended.
-#[derive(Debug, Clone, Serialize)]
-#[serde(tag = "by", rename_all = "kebab-case")]
+#[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum Done {
     /// Its owner took the request and ran its stop; `ended`: how it says the run ended (`None`:
     /// it did not say in time, though the run is over).

@@ -258,6 +258,7 @@ fn in_a_run(pid: i32, me: i32) -> Option<String> {
 
 /// How a run ended, as its owner tells whoever asked it to stop.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Ended {
     /// Why the run stopped, as its owner reports it.
     pub stop_reason: StopReason,

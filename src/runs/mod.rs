@@ -3,7 +3,7 @@
 //!
 //! Each run — of the `reaper` binary's faces or of any program using [`crate::Command`] — has a
 //! [`RunId`], which every process it starts inherits as [`RUN_ID_ENV`] (so what escapes, or
-//! outlives its owner, still says whose it was), and a record ([`RunRecord`]) in its user's
+//! outlives its owner, still says whose it was), and a record in its user's
 //! records directory: `/run/reaper` for root, `/run/user/UID/reaper` (else `/tmp/reaper-UID`)
 //! for others, or `$REAPER_RUNTIME_DIR`. The record is written when the leader has started and
 //! removed with the run (also when a [`crate::Child`] is dropped; by the [`crate::Guardian`]
@@ -45,8 +45,8 @@ pub use crate::naming::{BadRunId, RunId, RUN_ID_ENV};
 pub use act::{end, Done, EndError, EndOptions};
 pub use control::Ended;
 pub use dir::RUNTIME_DIR_ENV;
-pub use record::{How, Phase, RunRecord, RECORD_VERSION};
+pub use record::{How, RECORD_VERSION};
+pub(crate) use record::{Phase, RunRecord};
 pub use view::{
-    find, list, of_this_process, FindError, LimitsHit, ListOptions, Member, Memory, RunState,
-    RunStatus,
+    find, list, of_this_process, FindError, LimitsHit, ListOptions, Memory, RunState, RunStatus,
 };

@@ -25,6 +25,7 @@ pub const RECORD_VERSION: u32 = 1;
 /// What a run's owner writes about it, for `reaper ps` and others to read without asking the
 /// owner.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct RunRecord {
     /// [`RECORD_VERSION`].
     pub version: u32,
@@ -67,6 +68,7 @@ pub struct RunRecord {
 /// Where a run is, as its owner last wrote it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
 pub enum Phase {
     /// The leader runs.
     Running,
@@ -89,8 +91,8 @@ pub enum How {
 }
 
 impl How {
-    /// `stop`, `kill`.
-    pub fn word(self) -> &'static str {
+    /// `stop`, `kill`: the word on the control socket and in the note.
+    pub(crate) fn word(self) -> &'static str {
         match self {
             How::Stop => "stop",
             How::Kill => "kill",

@@ -6,15 +6,15 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::{controllers, procfs};
-use serde::Serialize;
 
 use super::record::{self, Found, Liveness, Phase, RunRecord};
 use crate::naming::{RunId, RUN_ID_ENV};
-use crate::StopReason;
+use crate::{BackendKind, Identity, Limits, ProcessInfo, StopReason};
+use std::path::PathBuf;
 
 /// Where a run is, as the host shows it now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RunState {
     /// The leader runs and its owner is watching.
     Running,
@@ -50,7 +50,8 @@ impl RunState {
 }
 
 /// A run's memory now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Memory {
     /// Bytes in use: the cgroup's `memory.current` (page cache and kernel memory included), or
     /// the sum of the processes' resident sizes (shared pages counted in each).
@@ -62,7 +63,8 @@ pub struct Memory {
 }
 
 /// Which limits held the run back so far (cgroup counters that only rise).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct LimitsHit {
     /// `memory.events`: `max` (reclaim at the limit) or `oom_kill` above zero.
     pub memory: bool,
@@ -72,32 +74,40 @@ pub struct LimitsHit {
     pub cpu: bool,
 }
 
-/// One process of a run.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Member {
-    /// Its pid.
-    pub pid: i32,
-    /// Its parent's pid.
-    pub ppid: i32,
-    /// Its start time (clock ticks after boot).
-    pub starttime: u64,
-    /// Its state (`S`, `R`, `T`, …).
-    pub state: char,
-    /// Its command name.
-    pub comm: String,
-    /// Its command line.
-    pub cmdline: String,
-}
-
 /// A run as `reaper ps` shows it: its record, and the host's view of it now.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone)]
 pub struct RunStatus {
     /// The run.
     pub id: RunId,
     /// `PID-N`, as `reaper ps` shows it.
     pub short_id: String,
-    /// What its owner wrote.
-    pub record: RunRecord,
+    /// The owner's boot, as the record says (`/proc/sys/kernel/random/boot_id`).
+    pub boot_id: String,
+    /// The user the run runs as.
+    pub uid: u32,
+    /// The command line.
+    pub argv: Vec<String>,
+    /// When the leader started.
+    pub started: SystemTime,
+    /// Its containment (`None`: a name this version does not know).
+    pub backend: Option<BackendKind>,
+    /// The run's cgroup directory (cgroup backend), or the cgroup it was kept in.
+    pub cgroup: Option<PathBuf>,
+    /// The limits set on the run.
+    pub limits: Option<Limits>,
+    /// The leader.
+    pub leader: Identity,
+    /// The run's timeout.
+    pub timeout: Option<Duration>,
+    /// The first signal of its stop sequence, by number (`None`: none, SIGKILL after the
+    /// grace).
+    pub stop_signal: Option<i32>,
+    /// The grace of its stop sequence.
+    pub grace: Duration,
+    /// The request the run serves, when its owner named one.
+    pub request_id: Option<String>,
+    /// Where the run is, as its owner last wrote it: running, lingering, stopping or kept.
+    pub phase: RunState,
     /// Where it is now.
     pub state: RunState,
     /// Why it is stopping, once it is.
@@ -111,7 +121,7 @@ pub struct RunStatus {
     /// How many live processes the run has.
     pub process_count: usize,
     /// Its processes, when asked for ([`ListOptions::processes`]).
-    pub processes: Vec<Member>,
+    pub processes: Vec<ProcessInfo>,
     /// Its memory now, where it can be told.
     pub memory: Option<Memory>,
     /// CPU time used, in microseconds: the cgroup's `usage_usec`, or the processes' own and
@@ -120,15 +130,16 @@ pub struct RunStatus {
     /// Which limits held it back.
     pub limits_hit: LimitsHit,
     /// The records directory it was read from.
-    #[serde(skip)]
     pub(crate) dir: std::path::PathBuf,
     /// Who wrote the record.
-    #[serde(skip)]
     pub(crate) file_uid: u32,
+    /// What its owner wrote.
+    pub(crate) record: RunRecord,
 }
 
 /// What [`list`] gathers.
 #[derive(Debug, Clone, Copy, Default)]
+#[non_exhaustive]
 pub struct ListOptions {
     /// Each run's processes, with their command lines (`reaper ps --tree`).
     pub processes: bool,
@@ -141,7 +152,7 @@ pub fn list(opts: ListOptions) -> Vec<RunStatus> {
         .flat_map(|dir| record::read_dir(&dir))
         .map(|f| status(f, opts))
         .collect();
-    all.sort_by_key(|s| (s.record.started_unix_ms, s.id));
+    all.sort_by_key(|s| (s.started, s.id));
     all
 }
 
@@ -174,7 +185,7 @@ impl std::fmt::Display for FindError {
         match self {
             FindError::NoSuchRun(t) => write!(
                 f,
-                "no run {t:?} (see `reaper ps`; runs of other users are visible to root only)"
+                "no run {t:?} (runs of other users are visible to root only)"
             ),
             FindError::Ambiguous(t, ids) => {
                 let ids: Vec<String> = ids.iter().map(RunId::to_string).collect();
@@ -233,16 +244,24 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
         None => Vec::new(),
     };
     let processes = if opts.processes {
+        let hz = rustix::param::clock_ticks_per_second() as f64;
+        let up = procfs::uptime_secs();
         pids.iter()
             .filter_map(|&pid| {
                 let s = procfs::stat(pid).ok().filter(|s| !s.is_dead())?;
-                Some(Member {
+                Some(ProcessInfo {
                     pid,
-                    ppid: s.ppid,
                     starttime: s.starttime,
+                    ppid: s.ppid,
+                    pgid: s.pgid,
+                    sid: s.sid,
                     state: s.state,
+                    uid: None,
                     comm: s.comm,
+                    exe: None,
                     cmdline: procfs::cmdline(pid),
+                    cgroup: None,
+                    age_secs: up.map_or(0, |up| (up - s.starttime as f64 / hz).max(0.0) as u64),
                 })
             })
             .collect()
@@ -260,6 +279,33 @@ fn status(found: Found, opts: ListOptions) -> RunStatus {
     RunStatus {
         id: r.id,
         short_id: r.id.short(),
+        boot_id: r.boot_id.clone(),
+        uid: r.uid,
+        argv: r.argv.clone(),
+        started: UNIX_EPOCH + Duration::from_millis(r.started_unix_ms),
+        backend: [
+            BackendKind::Cgroup,
+            BackendKind::Subreaper,
+            BackendKind::Pgid,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == r.backend),
+        cgroup: r.cgroup.clone(),
+        limits: r.limits,
+        leader: Identity {
+            pid: r.leader_pid,
+            starttime: r.leader_starttime,
+        },
+        timeout: r.timeout_ms.map(Duration::from_millis),
+        stop_signal: r.stop_signal,
+        grace: Duration::from_millis(r.grace_ms),
+        request_id: r.request_id.clone(),
+        phase: match r.phase {
+            Phase::Running => RunState::Running,
+            Phase::Lingering => RunState::Lingering,
+            Phase::Stopping => RunState::Stopping,
+            Phase::Kept => RunState::Kept,
+        },
         state,
         stop_reason: r.stop_reason,
         owner_command: matches!(owner, Liveness::Alive { .. }).then(|| owner_command(r.id)),

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use reaper::audit::{self, Census, Leak, Proc};
+use reaper::audit::{self, Census, Evidence, Leak};
 use reaper::Identity;
+use reaper::ProcessInfo;
 
 #[derive(Debug, clap::Args)]
 pub struct AuditArgs {
@@ -29,7 +30,7 @@ pub fn main(args: AuditArgs) -> u8 {
         return kill(&census, named, args.json);
     }
     if args.json {
-        match serde_json::to_string_pretty(&census) {
+        match serde_json::to_string_pretty(&crate::report::census_json(&census)) {
             Ok(t) => out!("{t}"),
             Err(e) => {
                 say!("reaper: {e}");
@@ -65,13 +66,13 @@ fn kill(census: &Census, named: &[String], json: bool) -> u8 {
         audit::kill_chosen(census, &t)
     };
     if json {
-        match serde_json::to_string_pretty(&results) {
+        match serde_json::to_string_pretty(&crate::report::killed_json(&results)) {
             Ok(t) => out!("{t}"),
             Err(e) => say!("reaper: {e}"),
         }
     } else {
         for r in &results {
-            out!("{}@{}: {}", r.pid, r.starttime, r.result);
+            out!("{}@{}: {}", r.process.pid, r.process.starttime, r.result);
         }
     }
     0
@@ -163,7 +164,7 @@ fn print(c: &Census) {
 fn leak(l: &Leak, why: bool) {
     line(&l.root, 4);
     if why {
-        let ev: Vec<String> = l.evidence.iter().map(|e| e.describe()).collect();
+        let ev: Vec<String> = l.evidence.iter().map(describe).collect();
         out!("        {}", ev.join("; "));
         if let Some(o) = &l.origin {
             out!("        from {o}");
@@ -174,7 +175,7 @@ fn leak(l: &Leak, why: bool) {
     }
 }
 
-fn line(p: &Proc, indent: usize) {
+fn line(p: &ProcessInfo, indent: usize) {
     let cmd = if p.cmdline.is_empty() {
         format!("[{}]", p.comm)
     } else {
@@ -201,5 +202,49 @@ fn age(s: u64) -> String {
         60..=3599 => format!("{}m", s / 60),
         3600..=86_399 => format!("{}h", s / 3600),
         _ => format!("{}d", s / 86_400),
+    }
+}
+
+/// One line for a person.
+fn describe(e: &Evidence) -> String {
+    match e {
+        Evidence::EndedRun { run } => format!("REAPER_RUN_ID={run}, whose reaper is gone"),
+        Evidence::StaleRunCgroup { cgroup } => {
+            format!("in run cgroup {cgroup}, whose reaper is gone")
+        }
+        Evidence::RunNotListed { run } => {
+            format!("REAPER_RUN_ID={run}: its reaper lives but lists no such run")
+        }
+        Evidence::ServiceWithRunId { run } => format!(
+            "a service manager's unit, with REAPER_RUN_ID={run} of an ended run (imported \
+             into the manager's environment?)"
+        ),
+        Evidence::Reparented { to, to_comm } => {
+            format!("reparented to {to_comm} (pid {to})")
+        }
+        Evidence::ForeignSession { sid, leader_gone } => format!(
+            "started in session {sid}{}",
+            if *leader_gone {
+                ", whose leader is gone"
+            } else {
+                ""
+            }
+        ),
+        Evidence::ForeignGroup { pgid, leader_gone } => format!(
+            "started in process group {pgid}{}",
+            if *leader_gone {
+                ", whose leader is gone"
+            } else {
+                ""
+            }
+        ),
+        Evidence::NotUnitMain { cgroup } => {
+            format!("not the main process of {cgroup}")
+        }
+        Evidence::OwnSession => "leads a session of its own (setsid)".to_owned(),
+        Evidence::StdinHungUp { was } => format!("stdin {was} hung up"),
+        Evidence::StdinClosed => "stdin closed".to_owned(),
+        // Evidence of a later library, without a sentence here yet.
+        e => format!("{e:?}"),
     }
 }

@@ -143,7 +143,7 @@ pub struct RunReport {
     /// The limits set on the run (`--memory-max`, `--pids-max`, `--cpus`), if any.
     pub limits: Option<reaper::Limits>,
     /// What the limits did and the run's CPU time (cgroup backend; not with `--keep`).
-    pub usage: Option<reaper::Usage>,
+    pub usage: Option<crate::report::UsageJson>,
     /// Whether the memory limit ended the run (the OOM killer; stop reason `oom`).
     pub out_of_memory: bool,
 }
@@ -289,14 +289,13 @@ impl std::fmt::Display for CheckError {
 /// linger, which the timeout (the leader's) does not cut. A signal to reaper stops the run.
 /// The interrupt comes first: a timeout before it is only looked at once it was sent.
 pub fn plan(args: &CheckArgs) -> Plan {
-    Plan {
-        timeout: args
-            .timeout
-            .map(|t| t.max(args.interrupt_after.unwrap_or_default())),
-        timeout_ends_linger: false,
-        linger: args.settle,
-        ..Plan::new(StopSpec::KILL)
-    }
+    let mut plan = Plan::new(StopSpec::KILL);
+    plan.timeout = args
+        .timeout
+        .map(|t| t.max(args.interrupt_after.unwrap_or_default()));
+    plan.timeout_ends_linger = false;
+    plan.linger = args.settle;
+    plan
 }
 
 async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, CheckError> {
@@ -322,7 +321,7 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
     }
     let mut child = cmd.spawn().await.map_err(CheckError::Start)?;
     if let Some(w) = child.warning() {
-        say!("{w}");
+        say!("{}", crate::advice::fallback(w, child.backend()));
     }
     let started = Instant::now();
     let leader_pid = child.id() as i32;
@@ -395,7 +394,7 @@ async fn check_once(args: &CheckArgs, requests: &Requests) -> Result<RunReport, 
             return Err(CheckError::Finish(e));
         }
         let (exit_code, signal) = crate::report::status_parts(out.leader_status);
-        usage = out.usage;
+        usage = out.usage.as_ref().map(crate::report::UsageJson::of);
         out_of_memory = out.stop_reason == StopReason::Oom;
         LeaderEnd {
             pid: leader_pid,

@@ -29,7 +29,11 @@ pub fn main(args: DoctorArgs) -> u8 {
         super::contain::any_guardian().as_deref(),
     );
     super::guardian_done();
-    let r = Report::of(&f);
+    let mut r = Report::of(&f);
+    if r.delegation.is_some() && args.delegate == super::contain::DelegateArg::Never {
+        // The library asks systemd nothing when told never to: this flag is why.
+        r.delegation = Some("not asked: --delegate never".into());
+    }
     if args.json {
         match serde_json::to_string_pretty(&r) {
             Ok(s) => out!("{s}"),
@@ -135,7 +139,7 @@ impl Report {
             controllers: f.controllers.clone(),
             subtree_control: f.subtree_control.clone(),
             limit_controllers: f.limit_controllers.clone(),
-            limits_error: f.limits_error.as_ref().map(ToString::to_string),
+            limits_error: f.limits_error.as_ref().map(crate::advice::contain_error),
             cgroup_writable: f.cgroup_writable,
             cgroup_kill: f.cgroup_kill,
             clone_into_cgroup: f.clone_into_cgroup,

@@ -188,7 +188,7 @@ async fn serve(mut cfg: Config) -> u8 {
     let isolated = match cfg.contain.keep_runs_apart().await {
         Ok(i) => i,
         Err(e) => {
-            say!("reaper mcp: {e}");
+            say!("reaper mcp: {}", crate::advice::contain_error(&e));
             super::guardian_done();
             return 125;
         }

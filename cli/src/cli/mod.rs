@@ -17,7 +17,7 @@ pub mod stop;
 pub mod suite;
 
 use reaper::supervise::{Request, Requests};
-use reaper::{Event, EventSink};
+use reaper::Event;
 use reaper_platform::job_control::JobStops;
 
 /// Every signal reaper listens to becomes a request, in the order they come.
@@ -53,8 +53,8 @@ pub fn job_stop_requests(
 }
 
 /// `--events`: one JSON object per line on stderr, `{"t_ms":12,"event":"spawned",…}`.
-pub fn json_lines_to_stderr() -> EventSink {
-    EventSink::new(|t_ms, ev: &Event| {
+pub fn json_lines_to_stderr() -> impl Fn(u64, &Event) + Send + Sync + 'static {
+    |t_ms, ev: &Event| {
         let Some(mut v) = crate::report::event_json(ev) else {
             return;
         };
@@ -62,7 +62,7 @@ pub fn json_lines_to_stderr() -> EventSink {
             obj.insert("t_ms".into(), t_ms.into());
         }
         say!("{v}");
-    })
+    }
 }
 
 /// reaper's teardown is complete: its guardian, if it has one, may exit.

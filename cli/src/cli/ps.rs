@@ -25,9 +25,8 @@ pub struct PsArgs {
 }
 
 pub fn main(args: PsArgs) -> u8 {
-    let opts = ListOptions {
-        processes: args.tree,
-    };
+    let mut opts = ListOptions::default();
+    opts.processes = args.tree;
     let Some(every) = args.watch else {
         let all = runs::list(opts);
         return show(&args, &all, None);
@@ -76,10 +75,11 @@ pub fn main(args: PsArgs) -> u8 {
 /// Prints the runs as a table (or JSON); `rates`: CPU % since the last refresh, by run.
 fn show(args: &PsArgs, all: &[RunStatus], rates: Option<&HashMap<runs::RunId, f64>>) -> u8 {
     if args.json {
+        let all = crate::report::runs_json(all);
         let text = if args.watch.is_some() {
-            serde_json::to_string(all)
+            serde_json::to_string(&all)
         } else {
-            serde_json::to_string_pretty(all)
+            serde_json::to_string_pretty(&all)
         };
         return match text {
             Ok(t) => {
@@ -133,10 +133,9 @@ fn row_header(rates: bool) -> Vec<String> {
 }
 
 fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
-    let rec = &r.record;
     let owner = match &r.owner_command {
-        Some(c) => format!("{c} ({})", rec.id.owner().pid),
-        None => format!("pid {}", rec.id.owner().pid),
+        Some(c) => format!("{c} ({})", r.id.owner().pid),
+        None => format!("pid {}", r.id.owner().pid),
     };
     let state = match (r.state, r.stop_reason) {
         (runs::RunState::Stopping, Some(why)) => {
@@ -151,9 +150,9 @@ fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
         (s, _) => s.as_str().to_owned(),
     };
     let leader = if r.leader_alive {
-        rec.leader_pid.to_string()
+        r.leader.pid.to_string()
     } else {
-        format!("({})", rec.leader_pid)
+        format!("({})", r.leader.pid)
     };
     let (mem, peak) = match &r.memory {
         Some(m) => (
@@ -187,13 +186,13 @@ fn row(r: &RunStatus, rate: Option<Option<f64>>) -> Vec<String> {
         cells.push(rate.map_or_else(|| "-".into(), |p| format!("{p:.0}%")));
     }
     cells.push(limits(r));
-    cells.push(command(&rec.argv, rec.request_id.as_deref()));
+    cells.push(command(&r.argv, r.request_id.as_deref()));
     cells
 }
 
 /// `mem 512M!, pids 100`: each limit, `!` where it held the run back.
 fn limits(r: &RunStatus) -> String {
-    let Some(l) = r.record.limits else {
+    let Some(l) = r.limits else {
         return "-".into();
     };
     let hit = |h: bool| if h { "!" } else { "" };
@@ -240,7 +239,7 @@ fn age(ms: u64) -> String {
 fn tree(r: &RunStatus) {
     let pids: Vec<i32> = r.processes.iter().map(|m| m.pid).collect();
     let roots = r.processes.iter().filter(|m| !pids.contains(&m.ppid));
-    fn walk(all: &[runs::Member], m: &runs::Member, depth: usize) {
+    fn walk(all: &[reaper::ProcessInfo], m: &reaper::ProcessInfo, depth: usize) {
         let cmd = if m.cmdline.is_empty() {
             format!("[{}]", m.comm)
         } else {

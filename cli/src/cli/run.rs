@@ -128,28 +128,24 @@ pub fn plan(args: &RunArgs) -> Plan {
         to: Target::Tree,
         grace: args.grace,
     };
-    Plan {
-        // timeout(1): 0 means no timeout.
-        timeout: args.timeout.filter(|d| !d.is_zero()),
-        timeout_ends_linger: true,
-        stop,
-        leftovers: stop,
-        linger: args.linger,
-        stdin_eof: args.on_stdin_eof,
-        parent_death_grace: PARENT_DEATH_GRACE,
-        shutdown_grace: args.grace,
-        forward: if is_init(args) {
-            forwarded()
-        } else {
-            Vec::new()
-        },
-        forward_to: match args.forward_to {
-            Some(ForwardTo::Tree) => Target::Tree,
-            _ => Target::Leader,
-        },
-        cut_short: CutShort::BySignal,
-        ..Plan::new(stop)
+    let mut plan = Plan::new(stop);
+    // timeout(1): 0 means no timeout.
+    plan.timeout = args.timeout.filter(|d| !d.is_zero());
+    plan.timeout_ends_linger = true;
+    plan.leftovers = stop;
+    plan.linger = args.linger;
+    plan.stdin_eof = args.on_stdin_eof;
+    plan.parent_death_grace = PARENT_DEATH_GRACE;
+    plan.shutdown_grace = args.grace;
+    if is_init(args) {
+        plan.forward = forwarded();
     }
+    plan.forward_to = match args.forward_to {
+        Some(ForwardTo::Tree) => Target::Tree,
+        _ => Target::Leader,
+    };
+    plan.cut_short = CutShort::BySignal;
+    plan
 }
 
 pub fn main(args: RunArgs) -> u8 {
@@ -225,7 +221,10 @@ async fn run(mut args: RunArgs) -> u8 {
     };
     // One line, once per run; `-q` silences it too (a container's entrypoint starts reaper on
     // every container start).
-    if let Some(w) = child.warning().filter(|_| !args.quiet) {
+    let warning = child
+        .warning()
+        .map(|w| crate::advice::fallback(w, child.backend()));
+    if let Some(w) = warning.filter(|_| !args.quiet) {
         if std::process::id() == 1 {
             // The kernel SIGKILLs every process left in a PID namespace when its PID 1 exits:
             // nothing outlives reaper there, whatever the backend.

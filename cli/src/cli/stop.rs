@@ -35,17 +35,15 @@ pub fn main(args: StopArgs, how: How) -> u8 {
             return 125;
         }
     };
-    let opts = EndOptions {
-        answer_within: args.answer_within,
-        grace: args.grace,
-        ..EndOptions::default()
-    };
+    let mut opts = EndOptions::default();
+    opts.answer_within = args.answer_within;
+    opts.grace = args.grace;
     let mut status = 0;
     for text in &args.runs {
         let run = match runs::find(text, ListOptions::default()) {
             Ok(r) => r,
             Err(e) => {
-                say!("reaper: {e}");
+                say!("reaper: {}", crate::advice::find_error(&e));
                 status = 1;
                 continue;
             }
@@ -54,7 +52,8 @@ pub fn main(args: StopArgs, how: How) -> u8 {
         match done {
             Ok(d) => {
                 if args.json {
-                    let v = serde_json::json!({"run": run.id, "done": d});
+                    let v =
+                        serde_json::json!({"run": run.id, "done": crate::report::done_json(&d)});
                     out!("{v}");
                 } else {
                     say!("reaper: {}", describe(&run, how, &d));
@@ -125,5 +124,7 @@ fn describe(run: &runs::RunStatus, how: How, done: &Done) -> String {
             }
             s
         }
+        // An end of a later version, without a sentence here yet.
+        done => format!("run {id}: {done:?}"),
     }
 }

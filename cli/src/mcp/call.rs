@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use reaper::supervise::{CutShort, Plan, Request, Requests, Step, StopSpec, Target};
-use reaper::{ContainOptions, EventSink, Signal, StopReason};
+use reaper::{ContainOptions, Signal, StopReason};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -120,16 +120,15 @@ impl<R> Drop for Source<R> {
 /// grace (capped at [`SHUTDOWN_GRACE`] for a shutdown, which also cuts a running grace short);
 /// after codex's own exit, its leftovers are killed at once.
 pub fn plan(spec: &CallSpec) -> Plan {
-    Plan {
-        timeout: Some(spec.timeout),
-        shutdown_grace: SHUTDOWN_GRACE,
-        cut_short: CutShort::ByShutdown,
-        ..Plan::new(StopSpec {
-            first: Some(Signal::INT),
-            to: Target::Leader,
-            grace: spec.grace,
-        })
-    }
+    let mut plan = Plan::new(StopSpec {
+        first: Some(Signal::INT),
+        to: Target::Leader,
+        grace: spec.grace,
+    });
+    plan.timeout = Some(spec.timeout);
+    plan.shutdown_grace = SHUTDOWN_GRACE;
+    plan.cut_short = CutShort::ByShutdown;
+    plan
 }
 
 /// Runs one call to its end. `cancel` is the client's cancellation, `shutdown` the server's.
@@ -155,9 +154,7 @@ pub async fn run(
         .plan(plan(&spec))
         .requests(requests)
         .request_id(spec.request_id.clone())
-        .events(EventSink::new(
-            move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"),
-        ));
+        .events(move |t_ms, ev| tracing::debug!(call = id, t_ms, event = ?ev, "run"));
     let mut child = match cmd.spawn().await {
         Ok(c) => c,
         Err(e) => {
@@ -185,7 +182,11 @@ pub async fn run(
             };
         }
     };
-    warn_once(child.warning());
+    warn_once(
+        child
+            .warning()
+            .map(|w| crate::advice::fallback(w, child.backend())),
+    );
     tracing::debug!(call = id, pid = child.id(), "codex started");
     let started = Instant::now();
     // The child's own pipes, already on the reactor: converting them would deregister and
@@ -339,7 +340,7 @@ async fn write_prompt(stdin: Option<tokio::process::ChildStdin>, prompt: String)
 }
 
 /// The containment fallback warning, once per server rather than once per call.
-fn warn_once(warning: Option<&str>) {
+fn warn_once(warning: Option<String>) {
     static WARNED: std::sync::Once = std::sync::Once::new();
     if let Some(w) = warning {
         WARNED.call_once(|| tracing::warn!("{w}"));

@@ -34,7 +34,13 @@ pub fn read(uri: &str) -> Result<ReadResourceResult, ErrorData> {
         ));
     }
     #[cfg(target_os = "linux")]
-    let calls = reaper::runs::of_this_process(reaper::runs::ListOptions { processes: true });
+    let calls = {
+        let mut opts = reaper::runs::ListOptions::default();
+        opts.processes = true;
+        reaper::runs::of_this_process(opts)
+    };
+    #[cfg(target_os = "linux")]
+    let calls = crate::report::runs_json(&calls);
     // Runs are recorded on Linux only.
     #[cfg(not(target_os = "linux"))]
     let calls: [(); 0] = [];

@@ -58,6 +58,8 @@ impl Ending {
             | StopReason::Signal
             | StopReason::ParentDied
             | StopReason::StdinEof => Ending::Shutdown { returncode },
+            // A reason of a later version: the outcome without a word for it.
+            _ => Ending::Exited(returncode.unwrap_or(-1)),
         }
     }
 

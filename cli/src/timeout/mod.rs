@@ -103,17 +103,16 @@ fn plan(a: &Args) -> Plan {
             );
         }
     };
-    Plan {
-        timeout: Some(a.duration).filter(|d| !d.is_zero()),
-        leftovers: stop,
-        cut_short: CutShort::BySignal,
-        escalation: Escalation::AfterLeader {
-            kill_after: a.kill_after,
-            foreground: a.foreground,
-            announce: Some(Arc::new(announce)),
-        },
-        ..Plan::new(stop)
-    }
+    let mut plan = Plan::new(stop);
+    plan.timeout = Some(a.duration).filter(|d| !d.is_zero());
+    plan.leftovers = stop;
+    plan.cut_short = CutShort::BySignal;
+    plan.escalation = Escalation::AfterLeader {
+        kill_after: a.kill_after,
+        foreground: a.foreground,
+        announce: Some(Arc::new(announce)),
+    };
+    plan
 }
 
 async fn run(a: Args) -> u8 {

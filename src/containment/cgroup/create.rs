@@ -9,7 +9,7 @@ use reaper_platform::linux::cgroup::Cgroup;
 use reaper_platform::linux::cgroupfs;
 
 use super::place::{me_or_err, CgroupEnv, Placement};
-use crate::error::{ContainError as Error, ContainErrorKind as Kind, RUN_DOCTOR};
+use crate::error::{ContainError as Error, ContainErrorKind as Kind};
 use crate::naming::supervisor_name;
 
 /// A run cgroup just created, and its owner lock (held for the run's life).
@@ -91,7 +91,7 @@ fn create_owned(
                 tracing::debug!("{e}; creating another");
                 continue;
             }
-            Err(e) => return Err(Error::from(e).hint(RUN_DOCTOR)),
+            Err(e) => return Err(Error::from(e).of_kind(Kind::CgroupUnusable)),
         };
         match cg.try_lock_owner() {
             Ok(Some(lock)) => return Ok((cg, lock)),

@@ -18,6 +18,9 @@ use std::time::Duration;
 use reaper_platform::linux::systemd::{self, Bus, Manager};
 use tokio::sync::OnceCell;
 
+/// Why the step was not asked for: the caller chose `Delegation::Never`.
+pub const NEVER: &str = "the caller chose never to ask";
+
 /// What the delegation step did.
 #[derive(Debug, Clone)]
 pub enum Delegated {
@@ -80,7 +83,7 @@ pub fn done() -> Option<&'static Delegated> {
 
 async fn delegate(ask: bool) -> Delegated {
     if !ask {
-        return Delegated::NotAsked("--delegate never");
+        return Delegated::NotAsked(NEVER);
     }
     if !reaper_platform::linux::systemd_booted() {
         return Delegated::NotAsked("systemd is not the service manager here");

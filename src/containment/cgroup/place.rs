@@ -163,8 +163,8 @@ impl CgroupEnv {
             Error::new(
                 Kind::ParentRefused,
                 format!(
-                    "--cgroup-parent {} is not a cgroup2 directory ({why}); give a cgroup under \
-                 the cgroup2 mount {} (create it first: mkdir)",
+                    "{} is not a cgroup2 directory ({why}); give a cgroup under the cgroup2 \
+                     mount {} (create it first: mkdir)",
                     requested.display(),
                     mp.display()
                 ),
@@ -275,8 +275,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(
-            err.starts_with("--cgroup-parent missing is not a cgroup2 directory (")
-                && err.contains("mkdir"),
+            err.starts_with("missing is not a cgroup2 directory (") && err.contains("mkdir"),
             "{err}"
         );
         // Issue 10 item 2: `..` that leaves the mount is refused, whatever is there.

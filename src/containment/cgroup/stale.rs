@@ -62,7 +62,7 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
             continue;
         };
         let cg = Cgroup::at(dir.join(&name));
-        if procfs::is_alive(owner.pid, owner.start) {
+        if procfs::is_alive(owner.process.pid, owner.process.starttime) {
             continue;
         }
         // The claim is this sweep's owner lock, held until the cgroup is removed: a creator in
@@ -87,7 +87,7 @@ pub async fn sweep_stale(dir: &Path, deadline: Instant) -> Vec<PathBuf> {
             tracing::info!(
                 "removed stale cgroup {} (its reaper, pid {}, is gone)",
                 cg.path().display(),
-                owner.pid
+                owner.process.pid
             );
             removed.push(cg.path().to_owned());
         }

@@ -10,14 +10,15 @@ use super::pgid::{PgidBackend, Schedule};
 #[cfg(target_os = "linux")]
 use super::subreaper::SubreaperBackend;
 use super::{Backend, BackendKind, Containment, Error, Kind, Request};
+use crate::error::Refusal;
 pub use any::AnyBackend;
 
 /// Creates the run's containment as requested; for `auto`, falls back from cgroup to subreaper
-/// (or pgid) and says why in the returned warning.
-pub async fn contain(req: &Request) -> Result<(AnyBackend, Option<String>), Error> {
+/// (or pgid) and returns why.
+pub async fn contain(req: &Request) -> Result<(AnyBackend, Option<Error>), Error> {
     match req.containment.backend() {
         None => auto(req).await,
-        Some(kind) => make(kind, req, kind.as_str()).await.map(|b| (b, None)),
+        Some(kind) => make(kind, req).await.map(|b| (b, None)),
     }
 }
 
@@ -41,27 +42,15 @@ fn auto_order(owns_every_child: bool) -> &'static [BackendKind] {
     }
 }
 
-/// `auto`: the first backend of [`auto_order`] that works; a fallback says why in the warning.
-async fn auto(req: &Request) -> Result<(AnyBackend, Option<String>), Error> {
-    #[cfg(target_os = "linux")]
-    const LABEL: &str = "auto";
-    #[cfg(not(target_os = "linux"))]
-    const LABEL: &str = "auto (pgid on macOS)";
+/// `auto`: the first backend of [`auto_order`] that works; a fallback returns why the first
+/// did not.
+async fn auto(req: &Request) -> Result<(AnyBackend, Option<Error>), Error> {
     let mut first: Option<Error> = None;
     let mut last = None;
     for &kind in auto_order(reaper_platform::reap::reaps_every_child()) {
-        match make(kind, req, LABEL).await {
-            Ok(b) => {
-                let warning = first.map(|why| {
-                    format!(
-                        "reaper: warning: no cgroup for this run ({why}); using the {} backend \
-                         instead; run `reaper doctor` for details",
-                        kind.as_str()
-                    )
-                });
-                return Ok((b, warning));
-            }
-            // A `--cgroup-parent` that is not a cgroup2 directory is the caller's mistake, not
+        match make(kind, req).await {
+            Ok(b) => return Ok((b, first)),
+            // A `cgroup_parent` that is not a cgroup2 directory is the caller's mistake, not
             // a host without cgroups: refused (and nothing created) rather than a fallback. And
             // no fallback with limits: only the first backend enforces them.
             Err(why)
@@ -79,47 +68,54 @@ async fn auto(req: &Request) -> Result<(AnyBackend, Option<String>), Error> {
         .unwrap_or_else(|| Error::new(Kind::Unsupported, "no containment backend here")))
 }
 
-/// Makes one backend for `req`; `label` is how the request named it (for a refused limit).
-async fn make(kind: BackendKind, req: &Request, label: &str) -> Result<AnyBackend, Error> {
+/// Makes one backend for `req`.
+async fn make(kind: BackendKind, req: &Request) -> Result<AnyBackend, Error> {
     match kind {
         #[cfg(target_os = "linux")]
         BackendKind::Cgroup => cgroup(req).await.map(AnyBackend::Cgroup),
         #[cfg(target_os = "linux")]
         BackendKind::Subreaper => {
-            no_limits(req, label)?;
+            no_limits(req, kind)?;
             subreaper(req).map(AnyBackend::Subreaper)
         }
         BackendKind::Pgid => {
-            no_limits(req, label)?;
+            no_limits(req, kind)?;
             pgid(req).map(AnyBackend::Pgid)
         }
         #[cfg(not(target_os = "linux"))]
         BackendKind::Cgroup => Err(Error::new(
             Kind::Unsupported,
-            "--containment cgroup is Linux-only (cgroup v2); on macOS use pgid, which auto picks",
-        )),
+            "the cgroup backend is Linux-only (cgroup v2); on macOS use pgid, which auto picks",
+        )
+        .refused(Refusal::Unsupported { backend: kind })),
         #[cfg(not(target_os = "linux"))]
         BackendKind::Subreaper => Err(Error::new(
             Kind::Unsupported,
-            "--containment subreaper is Linux-only (PR_SET_CHILD_SUBREAPER); on macOS use pgid, \
+            "the subreaper backend is Linux-only (PR_SET_CHILD_SUBREAPER); on macOS use pgid, \
              which auto picks",
-        )),
+        )
+        .refused(Refusal::Unsupported { backend: kind })),
     }
 }
 
 /// A limit needs the cgroup backend: never a silent run without it.
-fn no_limits(req: &Request, backend: &str) -> Result<(), Error> {
+fn no_limits(req: &Request, backend: BackendKind) -> Result<(), Error> {
     if req.limits.is_empty() {
         Ok(())
     } else {
         Err(Error::new(
             Kind::LimitUnavailable,
             format!(
-                "{} needs the cgroup backend (cgroup v2); --containment {backend} cannot \
-                 enforce it; a limit is never dropped, so the run did not start",
-                req.limits.flags()
+                "{} needs the cgroup backend (cgroup v2); the {} backend cannot enforce it; a \
+                 limit is never dropped, so the run did not start",
+                req.limits.files(),
+                backend.as_str()
             ),
-        ))
+        )
+        .refused(Refusal::NeedsCgroups {
+            limits: req.limits,
+            asked: req.containment.backend(),
+        }))
     }
 }
 
@@ -133,8 +129,7 @@ async fn cgroup(req: &Request) -> Result<CgroupBackend, Error> {
                 Kind::NotDelegated,
                 format!(
                     "{why}; reaper does not create run cgroups in a cgroup systemd manages for \
-                 another unit (--delegate never does it anyway; --cgroup-parent names a \
-                 cgroup of yours)"
+                     another unit"
                 ),
             ));
         }
