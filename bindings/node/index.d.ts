@@ -73,7 +73,16 @@ export interface Outcome {
   error: string | null;
   guardianPid: number | null;
   limits: { memoryMax: number | null; pidsMax: number | null; cpus: number | null } | null;
-  usage: Record<string, number | null> | null;
+  /** What the cgroup counted (cgroup backend); a figure the kernel does not keep is null. */
+  usage: {
+    memoryPeakBytes: number | null;
+    oomKill: number | null;
+    oomGroupKill: number | null;
+    pidsMaxEvents: number | null;
+    cpuUsageUsec: number | null;
+    cpuNrThrottled: number | null;
+    cpuThrottledUsec: number | null;
+  } | null;
   /** timeout(1)'s status for the run, the leader's status preserved. */
   exitStatus: number;
 }

@@ -322,7 +322,7 @@ pub fn spawn(opts: SpawnOptions) -> Result<NativeChild> {
             .map(|b| b.as_str().to_owned())
             .unwrap_or_default(),
         cgroup: child.cgroup().map(|p| p.display().to_string()),
-        warning: child.warning().map(str::to_owned),
+        warning: child.warning().map(|e| e.to_string()),
         child: Some(child),
         over: Arc::new(AtomicBool::new(false)),
     })
@@ -449,6 +449,18 @@ fn process_json(p: &reaper::Process) -> Value {
     json!({ "pid": p.pid, "starttime": p.starttime.to_string(), "comm": p.comm })
 }
 
+fn usage_json(u: &reaper::Usage) -> Value {
+    json!({
+        "memoryPeakBytes": u.memory_peak_bytes,
+        "oomKill": u.oom_kill,
+        "oomGroupKill": u.oom_group_kill,
+        "pidsMaxEvents": u.pids_max_events,
+        "cpuUsageUsec": u.cpu_usage_usec,
+        "cpuNrThrottled": u.cpu_nr_throttled,
+        "cpuThrottledUsec": u.cpu_throttled_usec,
+    })
+}
+
 fn outcome_json(o: &Outcome) -> Value {
     let (code, signal) = status_json(o.leader_status);
     let secs = |d: Duration| d.as_secs_f64() * 1000.0;
@@ -476,7 +488,7 @@ fn outcome_json(o: &Outcome) -> Value {
         "limits": o.limits.map(|l| json!({
             "memoryMax": l.memory_max, "pidsMax": l.pids_max, "cpus": l.cpus,
         })),
-        "usage": o.usage.as_ref().and_then(|u| serde_json::to_value(u).ok()),
+        "usage": o.usage.as_ref().map(usage_json),
         "exitStatus": o.exit_code(true),
     })
 }
