@@ -205,7 +205,7 @@ pub fn diagnose(delegation: crate::Delegation, guardian: Option<&crate::Guardian
     r.pidfd = rustix::process::pidfd_open(me, rustix::process::PidfdFlags::empty()).is_ok();
     // Asked of a forked child: this process stays what it was (a child subreaper keeps every
     // orphan of the program's own children).
-    r.subreaper = reaper_platform::linux::subreaper::allowed().unwrap_or(false);
+    r.subreaper = reaper_platform::reap::may_become_subreaper().unwrap_or(false);
     match reaper_platform::process::table() {
         Ok(mut t) => {
             r.pgid_table = Some(t.name().to_owned());
