@@ -142,3 +142,19 @@ def test_text_mode_and_stdout_to_stderr():
 def test_unsupported_arguments_are_refused():
     with pytest.raises(ValueError, match="preexec_fn"):
         reaper.Popen(["true"], preexec_fn=lambda: None)
+
+
+def test_a_forked_child_is_refused_clearly():
+    import os
+    reaper.run(["true"])  # the runtime and the guardian belong to this process
+    pid = os.fork()
+    if pid == 0:
+        try:
+            reaper.run(["true"])
+        except reaper.ForkedError:
+            os._exit(7)
+        except BaseException:
+            os._exit(8)
+        os._exit(9)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 7
