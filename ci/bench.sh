@@ -6,6 +6,7 @@
 #
 #   ci/bench.sh           release build, full run (a few minutes), writes docs/BENCHMARKS.md
 #   ci/bench.sh --quick   smoke run on the debug build (seconds), prints only; ci/test.sh runs it
+# Then ci/bench-python.sh: the Python binding's reaper.run against subprocess.run, as a ratio.
 #
 # Needs Linux with pidfds; the cgroup rows need a writable cgroup2 directory, the PID 1 rows
 # `unshare --pid` (root) and tini/dumb-init (installed by the full run; else they say n/a).
@@ -74,3 +75,4 @@ else
   mkdir -p docs
   "$dir/reaper-bench" --bin-dir "$dir" "${static[@]}" --out docs/BENCHMARKS.md
 fi
+ci/bench-python.sh ${quick:+--quick}

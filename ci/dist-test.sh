@@ -124,5 +124,6 @@ REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' --
   timed node --test --test-name-pattern "lists|returns" tests/interop/mcp_ts.test.cjs
 launcher_signals "${npx[@]}"
 
+ci/dist-test-python.sh "$dist"  # the Python library's wheel, installed and its suite run
 echo
 echo "every channel installed reaper $version from its file and served the MCP clients"

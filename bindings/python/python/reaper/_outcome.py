@@ -6,7 +6,9 @@ Process = collections.namedtuple("Process", "pid starttime comm")
 Process.__doc__ = "A process, named by pid and start time (which no later process with its pid shares)."
 Escapee = collections.namedtuple("Escapee", "process to")
 Escapee.__doc__ = "A process that left the run's cgroup, and the cgroup it moved to."
-Limits = collections.namedtuple("Limits", "memory_max pids_max cpus")
+Limits = collections.namedtuple("Limits", "memory_max pids_max cpus", defaults=(None, None, None))
+Limits.__doc__ = """Caps on the run's whole tree (they need the cgroup backend): ``memory_max`` in
+bytes, ``pids_max`` processes, ``cpus`` (1.5 = one and a half CPUs)."""
 
 
 class Outcome:

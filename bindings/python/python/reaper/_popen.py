@@ -1,12 +1,11 @@
 """``reaper.Popen`` and ``reaper.run``: ``subprocess`` whose stops end the whole tree."""
 
-import collections
 import os
-import signal as _signal
 import subprocess
 
 from . import _runtime
 from ._errors import CalledProcessError, TimeoutExpired
+from ._outcome import Limits
 
 PIPE = subprocess.PIPE
 STDOUT = subprocess.STDOUT
@@ -14,9 +13,6 @@ DEVNULL = subprocess.DEVNULL
 
 _DEFAULT = object()
 
-Limits = collections.namedtuple("Limits", "memory_max pids_max cpus", defaults=(None, None, None))
-Limits.__doc__ = """Caps on the run's whole tree (they need the cgroup backend): ``memory_max`` in
-bytes, ``pids_max`` processes, ``cpus`` (1.5 = one and a half CPUs)."""
 
 
 def _options(timeout, grace, stop_signal, limits, sandbox, containment):
@@ -229,10 +225,3 @@ def run(args, *, timeout=None, grace=None, stop_signal=_DEFAULT, limits=None, sa
     if check:
         done.check_returncode()
     return done
-
-
-def _signal_name(n):
-    try:
-        return _signal.Signals(n).name
-    except ValueError:
-        return str(n)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The Python binding's overhead: reaper.run(['/bin/true']) against subprocess.run(['/bin/true']),
+# in one interpreter, alternating, after a warm-up (the first run starts the runtime and the
+# guardian). Prints a markdown table with the median of each and their ratio; the full run also
+# puts it into docs/BENCHMARKS.md between its `bench-python:begin`/`end` markers.
+#
+#   ci/bench-python.sh           release build of the native module, 300 rounds
+#   ci/bench-python.sh --quick   debug build, 20 rounds, prints only (ci/bench.sh --quick)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=
+[ "${1:-}" = --quick ] && quick=1
+target=${CARGO_TARGET_DIR:-target}
+if [ -n "$quick" ]; then
+  cargo build --quiet -p reaper-python
+  so=$target/debug/lib_native.so rounds=20 build=debug
+else
+  cargo build --quiet --release -p reaper-python
+  so=$target/release/lib_native.so rounds=300 build=release
+fi
+pkg=$(mktemp -d "${TMPDIR:-/tmp}/reaper-bench-python.XXXXXX")
+trap 'rm -rf "$pkg"' EXIT
+cp -r bindings/python/python/reaper "$pkg/reaper"
+rm -f "$pkg"/reaper/_native*.so
+cp "$so" "$pkg/reaper/_native.abi3.so"
+table=$(PYTHONPATH=$pkg python3 - "$rounds" "$build" <<'PY'
+import statistics, subprocess, sys, time
+import reaper
+rounds, build = int(sys.argv[1]), sys.argv[2]
+for _ in range(3):
+    reaper.run(["/bin/true"]); subprocess.run(["/bin/true"])
+ours, plain = [], []
+for _ in range(rounds):
+    t = time.perf_counter(); subprocess.run(["/bin/true"]); plain.append(time.perf_counter() - t)
+    t = time.perf_counter(); r = reaper.run(["/bin/true"]); ours.append(time.perf_counter() - t)
+backend = r.backend
+a, b = statistics.median(ours) * 1e3, statistics.median(plain) * 1e3
+print("| Python (%s build, %d rounds, %s backend) | median per call | ratio |" % (build, rounds, backend))
+print("|---|---|---|")
+print("| `subprocess.run(['/bin/true'])` | %.2f ms | 1.0 |" % b)
+print("| `reaper.run(['/bin/true'])` | %.2f ms | %.1f |" % (a, a / b))
+PY
+)
+printf '%s\n' "$table"
+if [ -z "$quick" ]; then
+  python3 - docs/BENCHMARKS.md "$table" <<'PY'
+import sys
+path, table = sys.argv[1:]
+text = open(path).read()
+begin, end = "<!-- bench-python:begin -->", "<!-- bench-python:end -->"
+block = "%s\n## The Python binding (`ci/bench-python.sh`)\n\n%s\n%s" % (begin, table, end)
+if begin in text:
+    text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
+else:
+    text = text.rstrip("\n") + "\n\n" + block + "\n"
+open(path, "w").write(text)
+PY
+fi
