@@ -13,10 +13,11 @@ dist=${1:?usage: ci/dist-test-python.sh DIST}
 cache=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}
 uv=$cache/dist-venv/bin/uv
 [ -x "$uv" ] || die "uv is missing at $uv (ci/install-deps.sh)"
-wheel=$(ls "$dist"/reaper_process-*-manylinux_2_17_x86_64*.whl 2>/dev/null | head -n 1) || true
+wheel=$(ls "$dist"/reaper_process-*manylinux_2_17_x86_64*.whl 2>/dev/null | head -n 1) || true
 [ -n "$wheel" ] || die "no reaper_process manylinux x86_64 wheel in $dist (ci/dist-python.sh)"
 target=${CARGO_TARGET_DIR:-target}
-cargo build --quiet -p reaper-testkit --bin reaper-fixture
+# As ci/dist-test.sh builds the testkit (the same features: nothing built twice).
+cargo build --quiet -p reaper-cli -p reaper-testkit --bins
 fixture=$(cd "$target/debug" && pwd)/reaper-fixture
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/reaper-dist-test-python.XXXXXX")
