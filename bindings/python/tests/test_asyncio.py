@@ -81,3 +81,14 @@ def test_async_with_stops_the_tree(tree):
         return p.outcome
     assert run(main()).stop_reason == "cancel"
     tree.assert_gone()
+
+
+def test_gc_of_the_process_kills_the_tree(tree):
+    async def main():
+        p = await ra.create_subprocess_exec(*tree.argv("daemon"))
+        await ready(tree, "daemon")
+        del p
+        import gc
+        gc.collect()
+    run(main())
+    tree.assert_gone()
