@@ -48,7 +48,12 @@ import sys
 path, table = sys.argv[1:]
 text = open(path).read()
 begin, end = "<!-- bench-python:begin -->", "<!-- bench-python:end -->"
-block = "%s\n## The Python binding (`ci/bench-python.sh`)\n\n%s\n%s" % (begin, table, end)
+import datetime, subprocess
+commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip() or "unknown"
+when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+block = ("%s\n## The Python binding (`ci/bench-python.sh`)\n\nGenerated on %s from reaper `%s`: "
+         "one interpreter, the two calls alternating after a warm-up (the first run starts the "
+         "runtime and the guardian), medians.\n\n%s\n%s" % (begin, when, commit, table, end))
 if begin in text:
     text = text[:text.index(begin)] + block + text[text.index(end) + len(end):]
 else:
