@@ -5,13 +5,20 @@
 # puts it into docs/BENCHMARKS.md between its `bench-python:begin`/`end` markers.
 #
 #   ci/bench-python.sh           release build of the native module, 300 rounds
-#   ci/bench-python.sh --quick   debug build, 20 rounds, prints only (ci/bench.sh --quick)
+#   ci/bench-python.sh --quick   20 rounds, prints only (ci/bench.sh --quick): the native module of
+#                                the x86_64 wheel ci/dist.sh left in target/artifacts when there
+#                                is one (no build), else a debug build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=
 [ "${1:-}" = --quick ] && quick=1
 target=${CARGO_TARGET_DIR:-target}
-if [ -n "$quick" ]; then
+wheel=$(ls "${REAPER_DIST_DIR:-$target/artifacts}"/reaper_process-*manylinux_2_17_"$(uname -m)"*.whl 2>/dev/null | head -n 1) || true
+if [ -n "$quick" ] && [ -n "$wheel" ]; then
+  so=$(mktemp "${TMPDIR:-/tmp}/reaper-bench-python-so.XXXXXX")
+  python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("reaper/_native.abi3.so"))' "$wheel" "$so"
+  rounds=20 build="wheel's"
+elif [ -n "$quick" ]; then
   cargo build --quiet -p reaper-python
   so=$target/debug/lib_native.so rounds=20 build=debug
 else
@@ -19,7 +26,7 @@ else
   so=$target/release/lib_native.so rounds=300 build=release
 fi
 pkg=$(mktemp -d "${TMPDIR:-/tmp}/reaper-bench-python.XXXXXX")
-trap 'rm -rf "$pkg"' EXIT
+trap 'rm -rf "$pkg"; case $so in "${TMPDIR:-/tmp}"/reaper-bench-python-so.*) rm -f "$so" ;; esac' EXIT
 cp -r bindings/python/python/reaper "$pkg/reaper"
 rm -f "$pkg"/reaper/_native*.so
 cp "$so" "$pkg/reaper/_native.abi3.so"
