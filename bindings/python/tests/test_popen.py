@@ -9,6 +9,7 @@ import subprocess
 import pytest
 
 import reaper
+from conftest import alive
 
 
 def test_run_returns_the_outcome():
@@ -158,3 +159,14 @@ def test_a_forked_child_is_refused_clearly():
         os._exit(9)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 7
+
+
+def test_control_subprocess_terminate_leaves_the_grandchild(tree2):
+    # The negative control: the same tree under subprocess.Popen. terminate() and wait() end
+    # the leader alone; the setsid'd, TERM-ignoring grandchild lives on (tree2's cleanup kills
+    # it by recorded pid and start time).
+    p = subprocess.Popen(tree2.argv("setsid-grandchild"))
+    tree2.wait_ready("grandchild")
+    p.terminate()
+    p.wait()
+    assert any(r == "grandchild" and alive(p, s) for p, s, r in tree2.recorded()), tree2.recorded()
