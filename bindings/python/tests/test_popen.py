@@ -145,6 +145,7 @@ def test_unsupported_arguments_are_refused():
         reaper.Popen(["true"], preexec_fn=lambda: None)
 
 
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
 def test_a_forked_child_is_refused_clearly():
     import os
     reaper.run(["true"])  # the runtime and the guardian belong to this process
