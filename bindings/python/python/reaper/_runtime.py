@@ -6,7 +6,12 @@ import sys
 import threading
 import warnings
 
-from . import _native
+try:
+    from . import _native
+except ImportError as e:
+    raise ImportError(
+        "reaper's native module (reaper._native) cannot be loaded: %s. Install the wheel "
+        "reaper-process, or, in a checkout, build it (docs/python.md#tests)" % e) from e
 from ._errors import translate
 from ._outcome import Outcome
 
