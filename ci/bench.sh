@@ -6,6 +6,7 @@
 #
 #   ci/bench.sh           release build, full run (a few minutes), writes docs/BENCHMARKS.md
 #   ci/bench.sh --quick   smoke run on the debug build (seconds), prints only; ci/test.sh runs it
+# Then ci/bench-python.sh: the Python binding's reaper.run against subprocess.run, as a ratio.
 #
 # Needs Linux with pidfds; the cgroup rows need a writable cgroup2 directory, the PID 1 rows
 # `unshare --pid` (root) and tini/dumb-init (installed by the full run; else they say n/a).
@@ -88,3 +89,6 @@ if command -v node >/dev/null; then
 else
   echo "ci/bench.sh: no node; no reaper-process rows" >&2
 fi
+
+# Python: reaper.run(['/bin/true']) against subprocess.run (ci/bench-python.sh).
+ci/bench-python.sh ${quick:+--quick}

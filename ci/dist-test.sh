@@ -124,6 +124,7 @@ REAPER_COMMAND=$(node -e 'console.log(JSON.stringify(process.argv.slice(1)))' --
   timed node --test --test-name-pattern "lists|returns" tests/interop/mcp_ts.test.cjs
 launcher_signals "${npx[@]}"
 
+step "PyPI: reaper-process (Python bindings) installed and tested (ci/dist-test-python.sh)" && ci/dist-test-python.sh "$dist"
 step "npm: reaper-process (Node bindings) installed and tested (ci/dist-test-node.sh)" && ci/dist-test-node.sh "$dist"
 echo
 echo "every channel installed reaper $version from its file and served the MCP clients"

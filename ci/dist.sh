@@ -198,6 +198,7 @@ case " ${arches[*]} " in *" arm64 "*)
   ;;
 esac
 
+ci/dist-python.sh "$out"  # the Python library's wheels (reaper_process), beside the rest
 step "artifacts in $out ($((SECONDS - t0)) s)"
 sums=$(cd "$out" && find . -type f | sort | xargs sha256sum)
 printf '%s\n' "$sums" >"$out/SHA256SUMS"
