@@ -139,9 +139,14 @@ finish_background dist_pid "$dist_log" "ci/dist.sh"
 # unless REAPER_SKIP_VM=1 asks to do without it.
 if [ "${REAPER_SKIP_VM:-}" != 1 ]; then
   cargo build --quiet --workspace --bins
+  artifacts=${REAPER_DIST_DIR:-${CARGO_TARGET_DIR:-target}/artifacts}
+  # The Python wheel for scenarios/bindings.sh, when dist.sh wrote it: without it that scenario
+  # fails, saying so.
+  python_wheel=()
+  for w in "$artifacts"/reaper_process-*manylinux_2_17_x86_64.whl; do [ -f "$w" ] && python_wheel=("$w"); done
   REAPER_BIN="${CARGO_TARGET_DIR:-target}/debug/reaper" ci/vm/run.sh ci/vm/scenarios/*.sh \
     -- "${CARGO_TARGET_DIR:-target}/debug/fake-codex" "${CARGO_TARGET_DIR:-target}/debug/reaper-fixture" \
-    "${CARGO_TARGET_DIR:-target}/artifacts/reaper-linux-amd64" Containerfile >"$vm_log" 2>&1 &
+    "$artifacts/reaper-linux-amd64" Containerfile "${python_wheel[@]}" >"$vm_log" 2>&1 &
   vm_pid=$!
   echo "the VM lane started beside the next steps (pid $vm_pid)"
 fi
