@@ -8,9 +8,9 @@
 #
 #   ci/dist-node.sh OUT VERSION
 #
-# $REAPER_NODE_PLATFORMS: the platforms to build (default linux-x64-gnu, the host's). Others
-# (linux-arm64-gnu, linux-x64-musl, linux-arm64-musl) are cross-built with cargo-zigbuild (zig
-# links them against the target's libc): not in CI's default run, see docs/node.md.
+# $REAPER_NODE_PLATFORMS: the platforms to build (default linux-x64-gnu, the host's, which CI
+# builds, loads and tests). The others (linux-arm64-gnu, linux-x64-musl, linux-arm64-musl) are
+# built on demand, not in CI's run (see docs/node.md).
 # ci/dist.sh calls it; ci/dist-test.sh installs and tests what it wrote (ci/dist-test-node.sh).
 set -euo pipefail
 trap 'echo "ci/dist-node.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -34,27 +34,36 @@ triple() {
 }
 host=$(rustc -vV | sed -n 's/^host: //p')
 
+# Every addon is linked by zig through cargo-zigbuild (PyPI cargo-zigbuild and ziglang, in
+# $REAPER_CI_CACHE/dist-venv): the glibc ones against glibc 2.17's symbols, as the Python wheel
+# is, so that they load on any distribution of the last decade, not only the build host's.
+venv=${REAPER_CI_CACHE:-$HOME/.cache/reaper-ci}/dist-venv
+export PATH=$venv/bin:$PATH
+command -v cargo-zigbuild >/dev/null ||
+  die "cargo-zigbuild is missing from $venv (PyPI cargo-zigbuild and ziglang; ci/install-deps.sh installs them)"
 for p in "${platforms[@]}"; do
   t=$(triple "$p")
+  rustup target list --installed | grep -qx "$t" || die "the Rust target $t is missing (rustup target add $t)"
   s=$SECONDS
-  if [ "$t" = "$host" ]; then
-    cargo build --locked --quiet --profile dist -p reaper-node
-    lib=$target/dist/libreaper_node.so
-  else
-    command -v cargo-zigbuild >/dev/null ||
-      die "$p is cross-built with cargo-zigbuild (PyPI cargo-zigbuild and ziglang), which is missing"
-    rustup target list --installed | grep -qx "$t" || die "the Rust target $t is missing (rustup target add $t)"
-    # musl: a shared library needs the C runtime linked dynamically (musl's default is static);
-    # its own target dir, so that the static binaries' build is not redone with these flags.
-    case $t in *musl) export "CARGO_TARGET_$(echo "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=-C target-feature=-crt-static" ;; esac
-    CARGO_TARGET_DIR=$target/node-cross cargo zigbuild --locked --quiet --profile dist -p reaper-node --target "$t"
-    lib=$target/node-cross/$t/dist/libreaper_node.so
-  fi
+  zt=$t
+  case $t in *gnu) zt=$t.2.17 ;; esac
+  # musl: a shared library needs the C runtime linked dynamically (musl's default is static).
+  case $t in *musl) export "CARGO_TARGET_$(echo "$t" | tr 'a-z-' 'A-Z_')_RUSTFLAGS=-C target-feature=-crt-static" ;; esac
+  # A target directory of its own: zig's linker is part of each crate's fingerprint, so sharing
+  # the wheel's or the static binaries' would rebuild theirs next time.
+  CARGO_TARGET_DIR=$target/node-zig cargo zigbuild --locked --quiet --profile dist -p reaper-node --target "$zt"
+  lib=$target/node-zig/$t/dist/libreaper_node.so
   echo "addon $p: built in $((SECONDS - s)) s, $(du -k "$lib" | cut -f1) KiB"
+  case $t in
+    *gnu)
+      # The newest glibc symbol version it needs: the oldest glibc it loads with.
+      glibc=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
+      echo "addon $p: needs $glibc"
+      [ "$(printf '%s\n' "$glibc" GLIBC_2.17 | sort -V | tail -n 1)" = GLIBC_2.17 ] ||
+        die "$lib needs $glibc: zig was to link it against glibc 2.17"
+      ;;
+  esac
   if [ "$t" = "$host" ]; then
-    # The GLIBC versions it needs: the oldest glibc it loads with.
-    glibc=$(objdump -T "$lib" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -n 1)
-    echo "addon $p: needs $glibc"
     REAPER_NODE_ADDON=$lib node -e 'const n = require("./bindings/node/native.js").native; if (typeof n.spawn !== "function") process.exit(1)' ||
       die "this Node cannot load $lib"
   fi

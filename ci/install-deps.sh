@@ -141,29 +141,32 @@ for t in x86_64-unknown-linux-musl aarch64-unknown-linux-musl; do
     dist_missing "the Rust target $t is missing and 'rustup target add $t' failed"
 done
 
-# maturin builds the wheels (with zig for the Python library's manylinux2014 ones: glibc 2.17);
-# uv and pipx install them (PyPI), in a venv of their own.
+# maturin builds the wheels (with zig for the Python library's manylinux2014 ones: glibc 2.17),
+# cargo-zigbuild the Node addons (zig too); uv and pipx install them (PyPI), in a venv of their own.
 MATURIN=1.16.0
 UV=0.13.8
 PIPX=1.18.4
 ZIGLANG=0.13.0
+CARGO_ZIGBUILD=0.24.0
 dist_venv=$cache/dist-venv
 dist_venv_ok() {
-  "$dist_venv/bin/python" - "$MATURIN" "$UV" "$PIPX" "$ZIGLANG" 2>/dev/null <<'PY'
+  "$dist_venv/bin/python" - "$MATURIN" "$UV" "$PIPX" "$ZIGLANG" "$CARGO_ZIGBUILD" 2>/dev/null <<'PY'
 import importlib.metadata as m, sys
-sys.exit(0 if [m.version(p) for p in ("maturin", "uv", "pipx", "ziglang")] == sys.argv[1:] else 1)
+sys.exit(0 if [m.version(p) for p in ("maturin", "uv", "pipx", "ziglang", "cargo-zigbuild")] == sys.argv[1:] else 1)
 PY
 }
 if ! dist_venv_ok; then
-  echo "installing maturin $MATURIN, uv $UV, pipx $PIPX and ziglang $ZIGLANG into $dist_venv"
+  echo "installing maturin $MATURIN, uv $UV, pipx $PIPX, ziglang $ZIGLANG and cargo-zigbuild $CARGO_ZIGBUILD into $dist_venv"
   python3 -m venv "$dist_venv"
-  "$dist_venv/bin/pip" install -q "maturin==$MATURIN" "uv==$UV" "pipx==$PIPX" "ziglang==$ZIGLANG" ||
-    dist_missing "pip could not install maturin, uv, pipx and ziglang (PyPI)"
+  "$dist_venv/bin/pip" install -q "maturin==$MATURIN" "uv==$UV" "pipx==$PIPX" "ziglang==$ZIGLANG" \
+    "cargo-zigbuild==$CARGO_ZIGBUILD" ||
+    dist_missing "pip could not install maturin, uv, pipx, ziglang and cargo-zigbuild (PyPI)"
 fi
-dist_venv_ok || dist_missing "$dist_venv lacks maturin $MATURIN, uv $UV, pipx $PIPX or ziglang $ZIGLANG"
+dist_venv_ok ||
+  dist_missing "$dist_venv lacks maturin $MATURIN, uv $UV, pipx $PIPX, ziglang $ZIGLANG or cargo-zigbuild $CARGO_ZIGBUILD"
 [ "$("$dist_venv/bin/python" -m ziglang version 2>/dev/null)" = "$ZIGLANG" ] ||
   dist_missing "$dist_venv's zig does not run or is not $ZIGLANG (python -m ziglang version)"
-for tool in maturin uv uvx pipx; do
+for tool in maturin uv uvx pipx cargo-zigbuild; do
   "$dist_venv/bin/$tool" --version >/dev/null 2>&1 || dist_missing "$dist_venv/bin/$tool does not run"
 done
 
