@@ -3,6 +3,7 @@ whole tree. Each test first proves its hostile process ran (the fixture's pid fi
 checked), then that nothing of the tree is left."""
 
 import gc
+import os
 import signal
 import subprocess
 
@@ -57,10 +58,17 @@ def test_run_timeout_stops_the_setsid_grandchild(tree):
 def test_terminate_stops_a_double_forked_daemon(tree):
     p = reaper.Popen(tree.argv("daemon"), grace=0.5)
     tree.wait_ready("daemon")
+    if p.backend == "cgroup":
+        # The run's own cgroup holds the tree while it runs, and is gone with it.
+        members = open(p.cgroup + "/cgroup.procs").read().split()
+        assert str(p.pid) in members, (p.cgroup, members)
+        assert p.warning is None
     p.terminate()
     assert p.wait() == -signal.SIGTERM
     assert p.outcome.stop_reason == "cancel" and p.outcome.survivors == []
     tree.assert_gone()
+    if p.backend == "cgroup":
+        assert p.outcome.cgroup == p.cgroup and not os.path.exists(p.cgroup)
 
 
 def test_kill_ends_a_fork_storm(tree):

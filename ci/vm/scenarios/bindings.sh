@@ -239,7 +239,7 @@ while not os.path.exists(ready) and p.poll() is None:
     time.sleep(0.01)
 with open(info + ".tmp", "w") as f:
     # The native run's cgroup (Popen names its backend, not its cgroup).
-    json.dump({"backend": p.backend, "cgroup": p._run.cgroup, "guardian": reaper.guardian_pid()}, f)
+    json.dump({"backend": p.backend, "cgroup": p.cgroup, "guardian": reaper.guardian_pid()}, f)
 os.rename(info + ".tmp", info)
 sys.stdin.read()
 if mode == "os_exit":

@@ -153,6 +153,17 @@ class Popen(subprocess.Popen):
         """The containment the run got: ``"cgroup"``, ``"subreaper"`` or ``"pgid"``."""
         return self._run.backend if self._run is not None else None
 
+    @property
+    def cgroup(self):
+        """The run's own cgroup (a path under the cgroup2 mount) with the cgroup backend, else
+        ``None``; removed when the run is over."""
+        return self._run.cgroup if self._run is not None else None
+
+    @property
+    def warning(self):
+        """Why the automatic containment fell back from a cgroup (``None`` when it did not)."""
+        return self._run.warning if self._run is not None else None
+
     def __exit__(self, exc_type, value, traceback):
         try:
             if exc_type is not None:

@@ -72,7 +72,18 @@ class Process:
 
     @property
     def backend(self):
+        """The containment the run got: ``"cgroup"``, ``"subreaper"`` or ``"pgid"``."""
         return self._run.backend
+
+    @property
+    def cgroup(self):
+        """The run's own cgroup with the cgroup backend, else ``None``."""
+        return self._run.cgroup
+
+    @property
+    def warning(self):
+        """Why the automatic containment fell back from a cgroup (``None`` when it did not)."""
+        return self._run.warning
 
     async def wait(self):
         """Waits for the run's end (the leader's exit, then what it left stopped) and returns
